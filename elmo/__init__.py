@@ -1,0 +1,1 @@
+"""ELMo in pure PyTorch: the official weights, deterministic embeddings, downstream mixes."""

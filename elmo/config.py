@@ -1,0 +1,238 @@
+"""Typed model configuration, read from and written to bilm-tf's ``options.json``.
+
+The options file is the only description of an official ELMo model, so the config mirrors its keys one to one
+(FORMAT.md §1). Keys the model does not need (training settings such as ``n_tokens_vocab``) are accepted with a
+warning and dropped; wrong types fail with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+#: Training-time keys bilm-tf writes next to ``lstm`` and ``char_cnn``; inference ignores them silently.
+TRAINING_KEYS = frozenset(
+    {
+        "bidirectional", "dropout", "n_tokens_vocab", "unroll_steps", "batch_size", "n_epochs", "n_train_tokens",
+        "n_negative_samples_batch", "all_clip_norm_val", "share_embedding_softmax",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """An options/config file that cannot describe a model (one line: which key, what was wrong)."""
+
+
+@dataclass(frozen=True)
+class CharCNNConfig:
+    """The character encoder: embedding, convolutions, highway layers (FORMAT.md §4.2)."""
+
+    embedding_dim: int = 16  # E: size of one character embedding
+    filters: tuple[tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+    n_highway: int = 2  # highway layers after the convolutions (0 = none)
+    activation: str = "relu"  # after max-pooling each convolution; the highway layers always use relu
+    n_characters: int = 262  # 261 raw character ids + the padding id 0 (training files say 261; we store 262)
+    max_characters_per_token: int = 50  # W: character slots per token, including begin/end-of-word marks
+
+    @property
+    def n_filters(self) -> int:
+        """F: total number of convolution outputs, the width of the highway layers."""
+        return sum(num for _, num in self.filters)
+
+    @property
+    def max_filter_width(self) -> int:
+        return max(width for width, _ in self.filters)
+
+
+@dataclass(frozen=True)
+class LSTMConfig:
+    """One direction's LSTM stack (both directions share it; FORMAT.md §4.3-4.4)."""
+
+    dim: int = 4096  # C: memory cell size
+    projection_dim: int = 512  # P: projected state size, also the token-vector size
+    n_layers: int = 2  # L: layers per direction
+    cell_clip: float | None = 3.0  # clip c to [-cell_clip, cell_clip]; None = no clip
+    proj_clip: float | None = 3.0  # clip the projected output; None = no clip
+    use_skip_connections: bool = True  # residual around every layer but the first
+
+
+@dataclass(frozen=True)
+class ElmoConfig:
+    """A whole biLM: character encoder + two LSTM stacks."""
+
+    char_cnn: CharCNNConfig = field(default_factory=CharCNNConfig)
+    lstm: LSTMConfig = field(default_factory=LSTMConfig)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every output layer: forward half + backward half."""
+        return 2 * self.lstm.projection_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        """Token layer + one per LSTM layer."""
+        return self.lstm.n_layers + 1
+
+    # ---- options.json ---------------------------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, options: dict[str, Any], source: str = "options.json") -> "ElmoConfig":
+        """Build from a parsed options.json; ``source`` names the file in error messages."""
+        if not isinstance(options, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(options).__name__}")
+        for key in options:
+            if key not in ("lstm", "char_cnn") and key not in TRAINING_KEYS:
+                warnings.warn(f"{source}: unknown key {key!r} ignored", stacklevel=2)
+        lstm = _section(options, "lstm", source)
+        cnn = _section(options, "char_cnn", source)
+        embedding = _section(cnn, "embedding", source, prefix="char_cnn.")
+        _warn_unknown(lstm, {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"},
+                      source, "lstm.")
+        _warn_unknown(cnn, {"embedding", "filters", "n_highway", "activation", "n_characters",
+                            "max_characters_per_token"}, source, "char_cnn.")
+        _warn_unknown(embedding, {"dim"}, source, "char_cnn.embedding.")
+
+        filters_raw = _get(cnn, "filters", list, source, "char_cnn.")
+        filters = []
+        for item in filters_raw:
+            if (not isinstance(item, (list, tuple)) or len(item) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in item)):
+                raise ConfigError(f"{source}: char_cnn.filters must be a list of [width, num] positive ints, "
+                                  f"got {item!r}")
+            filters.append((int(item[0]), int(item[1])))
+        if not filters:
+            raise ConfigError(f"{source}: char_cnn.filters is empty")
+        activation = _get(cnn, "activation", str, source, "char_cnn.", default="relu")
+        if activation not in ("relu", "tanh"):
+            raise ConfigError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
+        n_characters = _get(cnn, "n_characters", int, source, "char_cnn.", default=262)
+        if n_characters not in (261, 262):
+            raise ConfigError(f"{source}: char_cnn.n_characters must be 261 or 262, got {n_characters}")
+        width = _get(cnn, "max_characters_per_token", int, source, "char_cnn.", default=50)
+        if width < 3:
+            raise ConfigError(f"{source}: char_cnn.max_characters_per_token must be >= 3, got {width}")
+        if max(w for w, _ in filters) > width:
+            raise ConfigError(f"{source}: a filter is wider than max_characters_per_token ({width})")
+        char_cnn = CharCNNConfig(
+            embedding_dim=_get(embedding, "dim", int, source, "char_cnn.embedding.", positive=True),
+            filters=tuple(filters),
+            n_highway=_get(cnn, "n_highway", int, source, "char_cnn.", default=0) or 0,
+            activation=activation,
+            n_characters=262,  # 261 in training files means the same table; the padding row is added at load
+            max_characters_per_token=width,
+        )
+        lstm_config = LSTMConfig(
+            dim=_get(lstm, "dim", int, source, "lstm.", positive=True),
+            projection_dim=_get(lstm, "projection_dim", int, source, "lstm.", positive=True),
+            n_layers=_get(lstm, "n_layers", int, source, "lstm.", positive=True),
+            cell_clip=_clip(lstm, "cell_clip", source),
+            proj_clip=_clip(lstm, "proj_clip", source),
+            use_skip_connections=_get(lstm, "use_skip_connections", bool, source, "lstm.", default=False),
+        )
+        return cls(char_cnn=char_cnn, lstm=lstm_config)
+
+    def to_options(self) -> dict[str, Any]:
+        """The options.json object bilm-tf and AllenNLP read (n_characters 262, the inference value)."""
+        c, l = self.char_cnn, self.lstm
+        return {
+            "lstm": {
+                "dim": l.dim, "projection_dim": l.projection_dim, "n_layers": l.n_layers,
+                "cell_clip": l.cell_clip, "proj_clip": l.proj_clip,
+                "use_skip_connections": l.use_skip_connections,
+            },
+            "char_cnn": {
+                "embedding": {"dim": c.embedding_dim},
+                "filters": [list(f) for f in c.filters],
+                "n_highway": c.n_highway, "activation": c.activation,
+                "n_characters": 262, "max_characters_per_token": c.max_characters_per_token,
+            },
+        }
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "ElmoConfig":
+        """Read an options.json (or our config.json, which holds the same object)."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+        try:
+            options = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+        return cls.from_options(options, source=str(path))
+
+    def replace(self, **changes: Any) -> "ElmoConfig":
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- size presets (FORMAT.md §1, released configurations) -------------------------------------------------------
+
+def _released(dim: int, projection_dim: int, n_highway: int) -> ElmoConfig:
+    return ElmoConfig(CharCNNConfig(n_highway=n_highway), LSTMConfig(dim=dim, projection_dim=projection_dim))
+
+
+PRESETS: dict[str, ElmoConfig] = {
+    "small": _released(1024, 128, 1),  # 2x1024_128_2048cnn_1xhighway, 13.6 M parameters
+    "medium": _released(2048, 256, 1),  # 2x2048_256_2048cnn_1xhighway, 28.0 M parameters
+    "original": _released(4096, 512, 2),  # 2x4096_512_2048cnn_2xhighway, 93.6 M parameters
+    # the AllenNLP test fixture's size: for tests, 0.1 M parameters
+    "tiny": ElmoConfig(
+        CharCNNConfig(embedding_dim=4, filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)), n_highway=2),
+        LSTMConfig(dim=64, projection_dim=16),
+    ),
+}
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+
+def _section(obj: dict, key: str, source: str, prefix: str = "") -> dict:
+    if key not in obj:
+        raise ConfigError(f"{source}: missing key {prefix}{key}")
+    value = obj[key]
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {prefix}{key} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _warn_unknown(obj: dict, known: set[str], source: str, prefix: str) -> None:
+    for key in obj:
+        if key not in known:
+            warnings.warn(f"{source}: unknown key {prefix}{key} ignored", stacklevel=3)
+
+
+_MISSING = object()
+
+
+def _get(obj: dict, key: str, kind: type, source: str, prefix: str, default: Any = _MISSING,
+         positive: bool = False) -> Any:
+    if key not in obj or obj[key] is None:
+        if default is _MISSING:
+            raise ConfigError(f"{source}: missing key {prefix}{key}")
+        return default
+    value = obj[key]
+    # bool is a subclass of int in Python: keep the two apart, so `"n_layers": true` is an error
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value, ok = int(value), True
+    if not ok:
+        raise ConfigError(f"{source}: {prefix}{key} must be {kind.__name__}, got {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(f"{source}: {prefix}{key} must be positive, got {value!r}")
+    return value
+
+
+def _clip(obj: dict, key: str, source: str) -> float | None:
+    value = obj.get(key)
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{source}: lstm.{key} must be a number or null, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{source}: lstm.{key} must be >= 0, got {value!r}")
+    return float(value) if value > 0 else None  # 0 means "no clip" in bilm-tf

@@ -1,0 +1,89 @@
+"""Words to character ids, exactly as bilm-tf and AllenNLP (FORMAT.md §3).
+
+A token is its UTF-8 bytes framed by begin/end-of-word marks and padded to ``W`` = 50 slots. Every id is shifted
+by one so that 0 can mean "no token here": a slot of fifty zeros is padding. The in-word padding character is a
+real, learned embedding; only id 0 embeds to zeros.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+import torch
+
+# Raw ids (rows 0..260 of the official `char_embed` table). Bytes take 0..255.
+BOS_CHAR = 256  # begin of sentence
+EOS_CHAR = 257  # end of sentence
+BOW_CHAR = 258  # begin of word
+EOW_CHAR = 259  # end of word
+PAD_CHAR = 260  # fills a word's remaining slots
+N_RAW_CHARS = 261
+
+MAX_CHARS = 50  # W: slots per token, marks included
+BOS_TOKEN = "<S>"
+EOS_TOKEN = "</S>"
+
+
+def _special_row(char: int, width: int) -> tuple[int, ...]:
+    return tuple(c + 1 for c in (BOW_CHAR, char, EOW_CHAR) + (PAD_CHAR,) * (width - 3))
+
+
+@lru_cache(maxsize=200_000)
+def word_to_char_ids(word: str, width: int = MAX_CHARS) -> tuple[int, ...]:
+    """The ``width`` shifted character ids (1..261) of one token.
+
+    ``<S>`` and ``</S>`` get the sentence-boundary rows. Characters UTF-8 cannot encode (lone surrogates) are
+    dropped; only the first ``width - 2`` bytes are kept, even if that cuts a multi-byte character.
+    """
+    if word == BOS_TOKEN:
+        return _special_row(BOS_CHAR, width)
+    if word == EOS_TOKEN:
+        return _special_row(EOS_CHAR, width)
+    data = word.encode("utf-8", errors="ignore")[: width - 2]
+    raw = (BOW_CHAR, *data, EOW_CHAR) + (PAD_CHAR,) * (width - 2 - len(data))
+    return tuple(c + 1 for c in raw)
+
+
+BOS_IDS = torch.tensor(_special_row(BOS_CHAR, MAX_CHARS))  # (50,)
+EOS_IDS = torch.tensor(_special_row(EOS_CHAR, MAX_CHARS))  # (50,)
+
+
+def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> torch.LongTensor:
+    """Character ids of a batch of tokenised sentences, left-aligned and zero-padded: (B, T, ``width``).
+
+    ``T`` is the longest sentence's length (at least 1, so an all-empty batch still has a time axis). No sentence
+    boundaries are added: the model adds ``<S>``/``</S>`` itself.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not a string")
+    longest = max((len(s) for s in sentences), default=0)
+    ids = torch.zeros(len(sentences), max(longest, 1), width, dtype=torch.long)  # (B, T, W)
+    for row, sentence in enumerate(sentences):
+        if isinstance(sentence, str):
+            raise TypeError(f"sentence {row} is a string; pass tokens, e.g. {sentence.split()[:3]!r}")
+        if sentence:
+            ids[row, : len(sentence)] = torch.tensor([word_to_char_ids(w, width) for w in sentence])
+    return ids
+
+
+def boundary_ids(width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``<S>`` and ``</S>`` rows for a given token width: two (W,) tensors."""
+    if width == MAX_CHARS:
+        return BOS_IDS, EOS_IDS
+    return torch.tensor(_special_row(BOS_CHAR, width)), torch.tensor(_special_row(EOS_CHAR, width))
+
+
+def add_sentence_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wrap every row as ``<S> w_1 .. w_n </S>``: (B, T, W) -> ids (B, T + 2, W) and lengths (B,) = n + 2.
+
+    An empty row becomes ``<S> </S>`` (FORMAT.md §4.1): it still runs, and yields no output vectors.
+    """
+    batch, steps, width = char_ids.shape
+    lengths = (char_ids > 0).any(-1).sum(-1)  # (B,) real tokens per row (rows are left-aligned)
+    bos, eos = boundary_ids(width)
+    out = char_ids.new_zeros(batch, steps + 2, width)  # (B, T+2, W)
+    out[:, 1 : steps + 1] = char_ids
+    out[:, 0] = bos.to(char_ids.device)
+    out[torch.arange(batch, device=char_ids.device), lengths + 1] = eos.to(char_ids.device)
+    return out, lengths + 2

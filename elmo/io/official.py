@@ -1,0 +1,236 @@
+"""The official bilm-tf / AllenNLP weight files (``options.json`` + ``.hdf5``), read and written.
+
+The conversion is a table: each row names our parameter(s), the hdf5 dataset, and the pair of small functions
+that turn one layout into the other. Each TensorFlow quirk is one named function below, tested on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import h5py
+import numpy as np
+import torch
+
+from elmo.config import ElmoConfig
+from elmo.io.atomic import atomic_path
+from elmo.model.bilm import BiLM
+
+
+class WeightFileError(ValueError):
+    """A weight file that does not hold the model its options describe (one line: file, dataset, shapes)."""
+
+
+# ---- one function per quirk of the TensorFlow layout --------------------------------------------------------
+
+def prepend_padding_row(table: np.ndarray) -> np.ndarray:
+    """bilm-tf stores rows for raw ids 0..260; we index by shifted ids, where 0 is "no character" and embeds to 0."""
+    return np.concatenate([np.zeros((1, table.shape[1]), table.dtype), table])
+
+
+def drop_padding_row(table: np.ndarray) -> np.ndarray:
+    return table[1:]
+
+
+def conv_from_tf(kernel: np.ndarray) -> np.ndarray:
+    """TF conv2d kernel (1, width, E, num) -> Conv1d weight (num, E, width); both correlate without a flip."""
+    return np.ascontiguousarray(kernel[0].transpose(2, 1, 0))
+
+
+def conv_to_tf(weight: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(weight.transpose(2, 1, 0)[None])
+
+
+def transpose(matrix: np.ndarray) -> np.ndarray:
+    """TF right-multiplies (x @ W, W is (in, out)); torch.nn.Linear stores (out, in). Its own inverse."""
+    return np.ascontiguousarray(matrix.T)
+
+
+def swap_gate_blocks(array: np.ndarray) -> np.ndarray:
+    """TF orders the four gate blocks i, j, f, o; PyTorch i, f, g(=j), o. Swapping blocks 1 and 2 converts either way."""
+    i, j, f, o = np.split(array, 4, axis=0)
+    return np.concatenate([i, f, j, o], axis=0)
+
+
+def add_forget_bias(bias: np.ndarray) -> np.ndarray:
+    """TF's LSTMCell adds a constant 1.0 to the forget gate at run time; we fold it into the stored bias."""
+    out = bias.copy()
+    block = len(bias) // 4
+    out[block : 2 * block] += 1.0  # PyTorch order: the forget block is block 1
+    return out
+
+
+def remove_forget_bias(bias: np.ndarray) -> np.ndarray:
+    out = bias.copy()
+    block = len(bias) // 4
+    out[block : 2 * block] -= 1.0
+    return out
+
+
+def lstm_kernel_from_tf(kernel: np.ndarray, input_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """TF's one kernel W_0 (In + P, 4C) over concat(x, r) -> weight_ih (4C, In), weight_hh (4C, P)."""
+    w = swap_gate_blocks(transpose(kernel))  # (4C, In + P)
+    return np.ascontiguousarray(w[:, :input_size]), np.ascontiguousarray(w[:, input_size:])
+
+
+def lstm_kernel_to_tf(weight_ih: np.ndarray, weight_hh: np.ndarray) -> np.ndarray:
+    return transpose(swap_gate_blocks(np.concatenate([weight_ih, weight_hh], axis=1)))
+
+
+def lstm_bias_from_tf(bias: np.ndarray) -> np.ndarray:
+    return add_forget_bias(swap_gate_blocks(bias))
+
+
+def lstm_bias_to_tf(bias: np.ndarray) -> np.ndarray:
+    return swap_gate_blocks(remove_forget_bias(bias))
+
+
+# ---- the name table ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    """One hdf5 dataset <-> one or more of our parameters."""
+
+    dataset: str
+    params: tuple[str, ...]
+    shape: tuple[int, ...]  # the dataset's shape, as options.json implies
+    to_ours: Callable[[np.ndarray], tuple[np.ndarray, ...]]
+    to_tf: Callable[..., np.ndarray]
+
+
+def _one(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], tuple[np.ndarray, ...]]:
+    return lambda array: (fn(array),)
+
+
+def name_table(config: ElmoConfig) -> list[Entry]:
+    """Every dataset of an official weight file for ``config``, in the order bilm-tf writes them."""
+    cnn, lstm = config.char_cnn, config.lstm
+    n_filters, proj, cell = cnn.n_filters, lstm.projection_dim, lstm.dim
+    rows = [Entry("char_embed", ("char_encoder.char_embedding.weight",), (261, cnn.embedding_dim),
+                  _one(prepend_padding_row), drop_padding_row)]
+    for i, (width, num) in enumerate(cnn.filters):
+        rows += [
+            Entry(f"CNN/W_cnn_{i}", (f"char_encoder.convolutions.{i}.weight",), (1, width, cnn.embedding_dim, num),
+                  _one(conv_from_tf), conv_to_tf),
+            Entry(f"CNN/b_cnn_{i}", (f"char_encoder.convolutions.{i}.bias",), (num,), _one(np.asarray), np.asarray),
+        ]
+    for k in range(cnn.n_highway):
+        ours = f"char_encoder.highways.{k}"
+        rows += [
+            Entry(f"CNN_high_{k}/W_carry", (f"{ours}.gate.weight",), (n_filters, n_filters), _one(transpose), transpose),
+            Entry(f"CNN_high_{k}/b_carry", (f"{ours}.gate.bias",), (n_filters,), _one(np.asarray), np.asarray),
+            Entry(f"CNN_high_{k}/W_transform", (f"{ours}.transform.weight",), (n_filters, n_filters),
+                  _one(transpose), transpose),
+            Entry(f"CNN_high_{k}/b_transform", (f"{ours}.transform.bias",), (n_filters,), _one(np.asarray), np.asarray),
+        ]
+    rows += [
+        Entry("CNN_proj/W_proj", ("char_encoder.projection.weight",), (n_filters, proj), _one(transpose), transpose),
+        Entry("CNN_proj/b_proj", ("char_encoder.projection.bias",), (proj,), _one(np.asarray), np.asarray),
+    ]
+    for d, stack in enumerate(("forward_stack", "backward_stack")):
+        for l in range(lstm.n_layers):
+            tf = f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+            ours = f"{stack}.layers.{l}"
+            rows += [
+                Entry(f"{tf}/W_0", (f"{ours}.weight_ih", f"{ours}.weight_hh"), (2 * proj, 4 * cell),
+                      lambda a: lstm_kernel_from_tf(a, proj), lstm_kernel_to_tf),
+                Entry(f"{tf}/B", (f"{ours}.bias",), (4 * cell,), _one(lstm_bias_from_tf), lstm_bias_to_tf),
+                Entry(f"{tf}/W_P_0", (f"{ours}.weight_proj",), (cell, proj), _one(transpose), transpose),
+            ]
+    return rows
+
+
+def _identity_fallbacks(config: ElmoConfig) -> dict[str, np.ndarray]:
+    """bilm-tf omits CNN_proj when F == P and W_P_0 when P == C; an absent one then means identity."""
+    fallbacks: dict[str, np.ndarray] = {}
+    n_filters, proj, cell = config.char_cnn.n_filters, config.lstm.projection_dim, config.lstm.dim
+    if n_filters == proj:
+        fallbacks["CNN_proj/W_proj"] = np.eye(proj, dtype=np.float32)
+        fallbacks["CNN_proj/b_proj"] = np.zeros(proj, np.float32)
+    if cell == proj:
+        for d in range(2):
+            for l in range(config.lstm.n_layers):
+                fallbacks[f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_P_0"] = np.eye(proj, dtype=np.float32)
+    return fallbacks
+
+
+# ---- load -----------------------------------------------------------------------------------------------------
+
+def read_official_state(weight_file: str | Path, config: ElmoConfig) -> dict[str, torch.Tensor]:
+    """Our state dict from an official weight file, checking every dataset's presence, shape and values."""
+    path = Path(weight_file)
+    table = name_table(config)
+    fallbacks = _identity_fallbacks(config)
+    arrays = _read_hdf5(path)
+    expected = {entry.dataset for entry in table}
+    unexpected = sorted(set(arrays) - expected)
+    if unexpected:
+        raise WeightFileError(f"{path}: unexpected dataset {unexpected[0]!r} (and {len(unexpected) - 1} more): "
+                              f"not part of the model options.json describes; check that the two files belong together")
+    state: dict[str, torch.Tensor] = {}
+    for entry in table:
+        if entry.dataset in arrays:
+            array = arrays[entry.dataset]
+        elif entry.dataset in fallbacks:
+            array = fallbacks[entry.dataset]
+        else:
+            raise WeightFileError(f"{path}: dataset {entry.dataset!r} is missing "
+                                  f"(options.json implies shape {entry.shape})")
+        if tuple(array.shape) != entry.shape:
+            raise WeightFileError(f"{path}: dataset {entry.dataset!r} has shape {tuple(array.shape)} where "
+                                  f"options.json implies {entry.shape}; check that the two files belong together")
+        if not np.isfinite(array).all():
+            raise WeightFileError(f"{path}: dataset {entry.dataset!r} holds NaN or infinite values")
+        for name, value in zip(entry.params, entry.to_ours(array.astype(np.float32, copy=False))):
+            state[name] = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+    return state
+
+
+def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
+    """Every dataset of an hdf5 file, by its full path without the leading '/'."""
+    if not path.exists():
+        raise WeightFileError(f"{path}: no such weight file")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with h5py.File(path, "r") as f:
+            def visit(name: str, obj: object) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    arrays[name] = obj[()]
+            f.visititems(visit)
+    except (OSError, KeyError, RuntimeError, ValueError) as err:
+        raise WeightFileError(f"{path}: not a readable HDF5 file ({err}); the download may be truncated") from None
+    return arrays
+
+
+def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
+    """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
+    config = ElmoConfig.from_file(options_file)
+    model = BiLM.from_config(config, stateful=stateful)
+    model.load_state_dict(read_official_state(weight_file, config), strict=True)
+    return model.eval()
+
+
+# ---- export -----------------------------------------------------------------------------------------------------
+
+def official_arrays(model: BiLM) -> dict[str, np.ndarray]:
+    """The datasets of the official weight file for ``model``."""
+    state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
+    return {entry.dataset: entry.to_tf(*(state[p] for p in entry.params)).astype(np.float32)
+            for entry in name_table(model.config)}
+
+
+def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
+    """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    options_path, weights_path = out / "options.json", out / weights_name
+    with atomic_path(weights_path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for name, array in official_arrays(model).items():
+                f.create_dataset(name, data=array)
+    with atomic_path(options_path) as tmp:
+        tmp.write_text(json.dumps(model.config.to_options(), indent=2) + "\n", encoding="utf-8")
+    return options_path, weights_path

@@ -1,0 +1,71 @@
+"""The context-independent token layer: characters -> CNN -> highway -> projection (FORMAT.md §4.2)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from elmo.config import CharCNNConfig
+
+
+class Highway(nn.Module):
+    """``x = g * relu(transform(x)) + (1 - g) * x`` with ``g = sigmoid(gate(x))``.
+
+    bilm-tf calls the gate ``W_carry``, although it weights the transformed path; we keep its meaning, not its name.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.gate = nn.Linear(size, size)
+        self.transform = nn.Linear(size, size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = torch.sigmoid(self.gate(x))  # (N, F)
+        return g * F.relu(self.transform(x)) + (1.0 - g) * x
+
+
+class CharEncoder(nn.Module):
+    """Maps tokens given as W shifted character ids to ``P``-wide token vectors."""
+
+    def __init__(self, config: CharCNNConfig, output_dim: int) -> None:
+        super().__init__()
+        self.config = config
+        # row 0 is the "no character" id: zero, and kept zero in training (padding_idx)
+        self.char_embedding = nn.Embedding(config.n_characters, config.embedding_dim, padding_idx=0)
+        self.convolutions = nn.ModuleList(nn.Conv1d(config.embedding_dim, num, width) for width, num in config.filters)
+        self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))
+        self.projection = nn.Linear(config.n_filters, output_dim)
+        self._activation = torch.tanh if config.activation == "tanh" else F.relu
+
+    @property
+    def output_dim(self) -> int:
+        return self.projection.out_features
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(N, W) ids of N real tokens -> (N, P) token vectors."""
+        char_ids = trim_character_axis(char_ids, self.config.max_filter_width)  # (N, W') with W' <= W
+        x = self.char_embedding(char_ids).transpose(1, 2)  # (N, E, W')
+        # max over positions, then the activation: the two commute because the activation is monotone
+        features = [conv(x).amax(dim=-1) for conv in self.convolutions]  # each (N, num_i)
+        x = self._activation(torch.cat(features, dim=-1))  # (N, F)
+        for highway in self.highways:
+            x = highway(x)  # (N, F)
+        return self.projection(x)  # (N, P)
+
+
+def trim_character_axis(char_ids: torch.Tensor, max_filter_width: int) -> torch.Tensor:
+    """Drop character slots that cannot change any max-pooled feature: (N, W) -> (N, W').
+
+    Past a token's end-of-word mark every slot holds the same padding character, so every convolution window that
+    lies wholly in that padding gives one and the same value. Keeping the longest token plus one widest window of
+    padding keeps at least one such window for every token that had one, so the max over positions is unchanged.
+    """
+    width = char_ids.shape[-1]
+    if char_ids.numel() == 0:
+        return char_ids
+    pad_id = char_ids[..., -1:]  # the last slot is padding unless the token fills all W slots
+    used = (char_ids != pad_id).any(0)  # (W,) slots where some token is not yet padding
+    longest = int(used.nonzero().max()) + 1 if bool(used.any()) else 0
+    keep = min(width, longest + max_filter_width)
+    return char_ids[..., :keep]

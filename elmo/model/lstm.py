@@ -1,0 +1,124 @@
+"""LSTM with a projected, clipped state (bilm-tf's ``LSTMCell(num_proj=...)``), and the stack of such layers.
+
+One step (FORMAT.md §4.3), gates in PyTorch order i, f, g, o, the +1 forget bias already folded into ``bias``::
+
+    z = x W_ih^T + r W_hh^T + bias                  (4C)
+    c = clip(sigmoid(f) * c + sigmoid(i) * tanh(g))   (C)
+    r = clip((sigmoid(o) * tanh(c)) W_proj^T)         (P)
+
+``torch.nn.LSTM`` cannot clip, so the time loop is ours. The fast path computes every step's input projection
+in one matmul and, with rows sorted longest first, advances only the rows still running (a prefix of the batch),
+so padding costs nothing and no masking is needed. ``reference_layer_forward`` is the plain per-step version kept
+as the exactness reference for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
+
+
+class ProjectedLSTMLayer(nn.Module):
+    """The parameters and step arithmetic of one LSTM-with-projection layer."""
+
+    def __init__(self, input_size: int, cell_size: int, proj_size: int,
+                 cell_clip: float | None, proj_clip: float | None) -> None:
+        super().__init__()
+        self.input_size, self.cell_size, self.proj_size = input_size, cell_size, proj_size
+        self.cell_clip, self.proj_clip = cell_clip, proj_clip
+        self.weight_ih = nn.Parameter(torch.empty(4 * cell_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(4 * cell_size, proj_size))
+        self.bias = nn.Parameter(torch.empty(4 * cell_size))
+        self.weight_proj = nn.Parameter(torch.empty(proj_size, cell_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.cell_size)
+        for weight in (self.weight_ih, self.weight_hh, self.weight_proj):
+            nn.init.uniform_(weight, -bound, bound)
+        with torch.no_grad():
+            self.bias.zero_()
+            self.bias[self.cell_size : 2 * self.cell_size] = 1.0  # TensorFlow's constant forget bias
+
+    def step(self, z: torch.Tensor, c_prev: torch.Tensor) -> State:
+        """Gate pre-activations z (n, 4C) and previous memory (n, C) -> new (r (n, P), c (n, C))."""
+        i, f, g, o = z.chunk(4, dim=-1)  # each (n, C)
+        c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
+        if self.cell_clip:
+            c = c.clamp(-self.cell_clip, self.cell_clip)
+        r = (torch.sigmoid(o) * torch.tanh(c)) @ self.weight_proj.t()  # (n, P)
+        if self.proj_clip:
+            r = r.clamp(-self.proj_clip, self.proj_clip)
+        return r, c
+
+    def forward(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
+        """Run over rows sorted longest first.
+
+        x: (B, T, In); batch_sizes[t] = rows still running at step t (non-increasing); state (h (B, P), c (B, C)).
+        Returns the outputs (B, T, P), zero where a row has ended, and each row's state after its last step.
+        """
+        h, c = state
+        projected = torch.nn.functional.linear(x, self.weight_ih, self.bias)  # (B, T, 4C), all steps at once
+        outputs = x.new_zeros(x.shape[0], x.shape[1], self.proj_size)  # (B, T, P)
+        w_hh_t = self.weight_hh.t()  # (P, 4C)
+        for t, n in enumerate(batch_sizes):
+            z = torch.addmm(projected[:n, t], h[:n], w_hh_t)  # (n, 4C)
+            r, c_new = self.step(z, c[:n])
+            outputs[:n, t] = r
+            if n == h.shape[0]:
+                h, c = r, c_new
+            else:  # rows n.. have finished: their state is final, keep it
+                h, c = torch.cat([r, h[n:]]), torch.cat([c_new, c[n:]])
+        return outputs, (h, c)
+
+
+def reference_layer_forward(layer: ProjectedLSTMLayer, x: torch.Tensor, lengths: torch.Tensor,
+                            state: State) -> tuple[torch.Tensor, State]:
+    """The plain per-step, per-row-masked computation of FORMAT.md §4.3, in any row order.
+
+    x: (B, T, In), lengths (B,), state (h (B, P), c (B, C)). Kept for tests and benchmarks only.
+    """
+    h, c = state
+    w = torch.cat([layer.weight_ih, layer.weight_hh], dim=1)  # (4C, In + P): TF's single kernel, transposed
+    outputs = []
+    for t in range(x.shape[1]):
+        z = torch.cat([x[:, t], h], dim=-1) @ w.t() + layer.bias  # (B, 4C)
+        r, c_new = layer.step(z, c)
+        running = (t < lengths).unsqueeze(-1)  # (B, 1)
+        h, c = torch.where(running, r, h), torch.where(running, c_new, c)
+        outputs.append(torch.where(running, r, torch.zeros_like(r)))
+    return torch.stack(outputs, dim=1), (h, c)
+
+
+class LSTMStack(nn.Module):
+    """One direction: layers fed bottom to top, with residual connections around every layer but the first."""
+
+    def __init__(self, layers: list[ProjectedLSTMLayer], use_skip_connections: bool) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.use_skip_connections = use_skip_connections
+
+    def forward(self, x: torch.Tensor, batch_sizes: list[int],
+                states: list[State]) -> tuple[list[torch.Tensor], list[State]]:
+        """x (B, T, P) sorted longest first -> every layer's output (B, T, P) and final state."""
+        outputs, finals = [], []
+        for index, (layer, state) in enumerate(zip(self.layers, states)):
+            out, final = layer(x, batch_sizes, state)  # (B, T, P)
+            if self.use_skip_connections and index > 0:
+                out = out + x  # the residual is not part of the carried state
+            outputs.append(out)
+            finals.append(final)
+            x = out
+        return outputs, finals
+
+
+def build_lstm_stack(input_size: int, cell_size: int, proj_size: int, n_layers: int, cell_clip: float | None,
+                     proj_clip: float | None, use_skip_connections: bool) -> LSTMStack:
+    """A stack of ``n_layers`` layers; every layer above the first reads the ``proj_size``-wide layer below."""
+    layers = [ProjectedLSTMLayer(input_size if i == 0 else proj_size, cell_size, proj_size, cell_clip, proj_clip)
+              for i in range(n_layers)]
+    return LSTMStack(layers, use_skip_connections)
