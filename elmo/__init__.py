@@ -1,1 +1,18 @@
 """ELMo in pure PyTorch: the official weights, deterministic embeddings, downstream mixes."""
+
+from elmo.config import CharCNNConfig, ConfigError, ElmoConfig, LSTMConfig
+from elmo.data.chars import batch_to_ids
+from elmo.embed import Embedder
+from elmo.io.load import load_bilm
+from elmo.io.native import load_model, save_model
+from elmo.io.official import export_official, load_official
+from elmo.model.bilm import BiLM, BiLMOutput, remove_sentence_boundaries
+from elmo.model.elmo import Elmo
+from elmo.model.mix import ComponentProjection, ScalarMix
+
+__all__ = [
+    "BiLM", "BiLMOutput", "CharCNNConfig", "ComponentProjection", "ConfigError", "Elmo", "ElmoConfig", "Embedder",
+    "LSTMConfig", "ScalarMix", "batch_to_ids", "export_official", "load_bilm", "load_model", "load_official",
+    "remove_sentence_boundaries", "save_model",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from elmo.cli import main
+
+sys.exit(main())

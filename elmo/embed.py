@@ -1,0 +1,142 @@
+"""``Embedder``: text in, numpy vectors out, in input order; the everyday API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator, Sequence, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from elmo.data.chars import batch_to_ids
+from elmo.model.bilm import BiLM, remove_sentence_boundaries
+
+Layers = Union[str, int]
+Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
+
+
+class Embedder:
+    """Embeds sentences with a biLM in deterministic mode, so results do not depend on batching.
+
+    Sentences are sorted by length and grouped under a token budget (``max_tokens`` = rows x longest row), then
+    returned in the order given.
+    """
+
+    def __init__(self, bilm: BiLM, tokenizer: Callable[[str], list[str]] | None = None, max_tokens: int = 8192,
+                 max_batch_size: int = 128, device: str | torch.device = "cpu",
+                 mix_weights: Sequence[float] | None = None, gamma: float = 1.0) -> None:
+        if bilm.stateful:
+            raise ValueError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
+        self.bilm = bilm.to(device).eval()
+        self.tokenizer = tokenizer or str.split
+        self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
+        self.device = torch.device(device)
+        n = bilm.config.n_output_layers
+        weights = torch.zeros(n) if mix_weights is None else torch.tensor(list(mix_weights), dtype=torch.float)
+        if weights.shape != (n,):
+            raise ValueError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
+        self.mix = gamma * torch.softmax(weights, dim=0)  # (L+1,)
+
+    @classmethod
+    def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
+                        weights: str | Path | None = None, **kwargs) -> "Embedder":
+        """From our model directory, or from the official ``options`` + ``weights`` files."""
+        from elmo.io.load import load_bilm
+
+        return cls(load_bilm(model, options, weights), **kwargs)
+
+    @property
+    def dim(self) -> int:
+        return self.bilm.config.output_dim
+
+    def embed(self, sentences: Text, layers: Layers = "all", pooling: str | None = None,
+              progress: bool = False) -> np.ndarray | list[np.ndarray]:
+        """Vectors for one sentence (a string) or many (a list of strings or of token lists).
+
+        layers: "all" -> (L+1, n, 2P); "top", "average", "mix" (the ``mix_weights``) or a layer index -> (n, 2P).
+        pooling: None keeps one vector per token; "mean" or "max" pools over the tokens (padding never counts;
+        an empty sentence pools to zeros). A single string gives one array; a list gives a list, in input order.
+        """
+        single = isinstance(sentences, str)
+        token_lists = self.tokenize([sentences] if single else sentences)
+        _check_layers(layers, self.bilm.config.n_output_layers)
+        if pooling not in (None, "mean", "max"):
+            raise ValueError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
+        results: list[np.ndarray | None] = [None] * len(token_lists)
+        bar = tqdm(total=len(token_lists), unit="sent", disable=not progress)
+        for indices in self.batches(token_lists):
+            for index, array in zip(indices, self.embed_tokens([token_lists[i] for i in indices], layers, pooling)):
+                results[index] = array
+            bar.update(len(indices))
+        bar.close()
+        return results[0] if single else results  # type: ignore[return-value]
+
+    def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError("expected a list of sentences")
+        return [self.tokenizer(s) if isinstance(s, str) else list(s) for s in sentences]
+
+    def batches(self, token_lists: Sequence[Sequence[str]]) -> Iterator[list[int]]:
+        """Indices of sentences, longest first, in groups of at most ``max_batch_size`` rows and ``max_tokens``."""
+        order = sorted(range(len(token_lists)), key=lambda i: -len(token_lists[i]))
+        batch: list[int] = []
+        for i in order:
+            longest = len(token_lists[batch[0]]) if batch else len(token_lists[i])
+            if batch and (len(batch) >= self.max_batch_size or (len(batch) + 1) * max(longest, 1) > self.max_tokens):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
+                     pooling: str | None = None) -> list[np.ndarray]:
+        """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence."""
+        return run_batch(self.bilm, batch, layers, pooling, self.mix, self.device)
+
+
+@torch.inference_mode()
+def run_batch(bilm: BiLM, batch: Sequence[Sequence[str]], layers: Layers = "all", pooling: str | None = None,
+              mix: torch.Tensor | None = None, device: str | torch.device = "cpu") -> list[np.ndarray]:
+    """One forward pass of ``bilm`` over ``batch`` in the given row order; one float32 array per sentence.
+
+    In stateful mode the row order matters: row b continues from row b of the previous call.
+    """
+    ids = batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token).to(device)  # (B, T, W)
+    out = bilm(ids)
+    mask = out.mask[:, 2:]  # (B, T) real tokens, boundaries dropped
+    stacked = torch.stack([remove_sentence_boundaries(layer, out.mask)[0] for layer in out.layers], 1)
+    if mix is None:
+        mix = torch.full((stacked.shape[1],), 1.0 / stacked.shape[1])
+    selected = select_layers(stacked, layers, mix.to(stacked.device))  # (B, L+1, T, 2P) or (B, T, 2P)
+    arrays = []
+    for row, n in enumerate(mask.sum(1).tolist()):
+        vectors = selected[row, ..., :n, :]  # (..., n, 2P)
+        if pooling == "mean":
+            vectors = vectors.sum(-2) / max(n, 1)
+        elif pooling == "max":
+            vectors = vectors.amax(-2) if n else vectors.sum(-2)
+        arrays.append(vectors.float().cpu().numpy())
+    return arrays
+
+
+def select_layers(layers: torch.Tensor, which: Layers, mix: torch.Tensor) -> torch.Tensor:
+    """(B, L+1, T, D) -> the requested view: "all" keeps the layer axis, anything else removes it."""
+    if which == "all":
+        return layers
+    if which == "top":
+        return layers[:, -1]
+    if which == "average":
+        return layers.mean(1)
+    if which == "mix":
+        return (layers * mix.view(1, -1, 1, 1)).sum(1)
+    return layers[:, int(which)]
+
+
+def _check_layers(layers: Layers, n_layers: int) -> None:
+    if isinstance(layers, str):
+        if layers not in ("all", "top", "average", "mix"):
+            raise ValueError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
+    elif not isinstance(layers, int) or not -n_layers <= layers < n_layers:
+        raise ValueError(f"layers={layers!r}: this model has layers 0..{n_layers - 1}")

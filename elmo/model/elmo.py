@@ -1,0 +1,80 @@
+"""``Elmo``: the module a downstream model holds, a (frozen) biLM plus one learned readout per representation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+
+from elmo.model.bilm import BiLM, remove_sentence_boundaries
+from elmo.model.mix import ComponentProjection, ScalarMix
+
+
+class Elmo(nn.Module):
+    """Character ids (B, T, W) -> ``num_output_representations`` tensors (B, T, D) and the mask (B, T).
+
+    ``output="mix"`` (the paper): each representation is a ScalarMix of the L + 1 layers (D = 2P).
+    ``output="projection"``: each is the 1 + 2L components times a trainable matrix (D = ``projection_dim``).
+    The biLM is frozen (and run without autograd) unless ``requires_grad=True``. Returns a dict with keys
+    ``elmo_representations`` and ``mask``, the same as AllenNLP's ``Elmo``.
+    """
+
+    def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
+                 do_layer_norm: bool = False, dropout: float = 0.5, keep_sentence_boundaries: bool = False,
+                 scalar_mix_parameters: Sequence[float] | None = None,
+                 output: Literal["mix", "projection"] = "mix", projection_dim: int = 512) -> None:
+        super().__init__()
+        if output not in ("mix", "projection"):
+            raise ValueError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
+        self.bilm = bilm
+        self.requires_grad = requires_grad
+        for p in self.bilm.parameters():
+            p.requires_grad_(requires_grad)
+        self.output = output
+        self.keep_sentence_boundaries = keep_sentence_boundaries
+        self.dropout = nn.Dropout(p=dropout)
+        n_layers = bilm.config.n_output_layers
+        if output == "mix":
+            # fixed, non-trainable weights when scalar_mix_parameters is given (AllenNLP's meaning)
+            self.readouts = nn.ModuleList(
+                ScalarMix(n_layers, do_layer_norm=do_layer_norm, initial_weights=scalar_mix_parameters,
+                          trainable=scalar_mix_parameters is None)
+                for _ in range(num_output_representations))
+        else:
+            self.readouts = nn.ModuleList(
+                ComponentProjection(bilm.config.lstm.projection_dim, bilm.config.lstm.n_layers, projection_dim)
+                for _ in range(num_output_representations))
+
+    @classmethod
+    def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
+                        weights: str | Path | None = None, **kwargs) -> "Elmo":
+        """``Elmo`` over a biLM loaded from our directory or from the official options + weights pair."""
+        from elmo.io.load import load_bilm
+
+        return cls(load_bilm(model, options, weights), **kwargs)
+
+    @property
+    def output_dim(self) -> int:
+        first = self.readouts[0]
+        return first.projection.out_features if isinstance(first, ComponentProjection) else self.bilm.config.output_dim
+
+    def forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
+        with torch.set_grad_enabled(self.requires_grad and torch.is_grad_enabled()):
+            out = self.bilm(char_ids)
+        representations = []
+        for readout in self.readouts:
+            if isinstance(readout, ScalarMix):
+                rep = readout(out.layers, out.mask)  # (B, T+2, 2P)
+            else:
+                rep = readout(out.token_vectors, out.forward_layers, out.backward_layers)  # (B, T+2, D)
+            rep = rep * out.mask.unsqueeze(-1).to(rep.dtype)
+            if self.keep_sentence_boundaries:
+                mask = out.mask
+            else:
+                rep, mask = remove_sentence_boundaries(rep, out.mask)  # (B, T, D)
+            representations.append(self.dropout(rep))
+        if not representations:
+            mask = out.mask if self.keep_sentence_boundaries else out.mask[:, 2:]
+        return {"elmo_representations": representations, "mask": mask}
