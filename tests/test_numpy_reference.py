@@ -1,0 +1,56 @@
+"""The package against an independent NumPy implementation of FORMAT.md, on model variants with random weights."""
+
+import numpy as np
+import pytest
+import torch
+
+from elmo.config import CharCNNConfig
+from elmo.data.chars import batch_to_ids
+from elmo.io.official import export_official, load_official
+from tests.conftest import random_bilm, small_config
+from tests.numpy_reference import reference_layers
+
+SENTENCES = [["The", "bank", "closed", "."], ["은행", "에", "갔다"], ["x" * 60], ["a"]]
+
+
+def _compare(config, tmp_path, scale=1.0, dtype=torch.float32):
+    options, weights = export_official(random_bilm(config, seed=3, scale=scale), tmp_path)
+    model = load_official(options, weights).to(dtype)
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES))
+    worst = 0.0
+    for row, tokens in enumerate(SENTENCES):
+        expected = reference_layers(options, weights, tokens)  # (L+1, n, 2P)
+        got = torch.stack(out.layers)[:, row, 1 : len(tokens) + 1].numpy()
+        worst = max(worst, float(np.abs(got - expected).max()))
+    return worst
+
+
+@pytest.mark.parametrize("variant", ["default", "no_skip", "tanh_3_layers", "no_clips", "clips_fire"])
+def test_matches_numpy_reference(variant, tmp_path):
+    config, scale = small_config(), 1.0
+    if variant == "no_skip":
+        config = small_config(use_skip_connections=False)
+    elif variant == "tanh_3_layers":
+        config = small_config(n_layers=3).replace(char_cnn=CharCNNConfig(
+            embedding_dim=3, filters=((2, 5), (4, 7)), n_highway=2, activation="tanh"))
+    elif variant == "no_clips":
+        config = small_config(cell_clip=None, proj_clip=None)
+    elif variant == "clips_fire":
+        scale = 4.0
+    # float64 checks the arithmetic exactly; float32 checks it is accurate enough where values stay moderate
+    exact = _compare(config, tmp_path, scale, torch.float64)
+    print(f"{variant}: max abs diff to the NumPy reference {exact:.2e} (float64)", end="")
+    assert exact <= 1e-9
+    if scale == 1.0:
+        worst = _compare(config, tmp_path, scale)
+        print(f", {worst:.2e} (float32)", end="")
+        assert worst <= 1e-5
+    print()
+
+
+def test_clips_really_fire_in_the_clips_fire_variant():
+    model = random_bilm(small_config(), seed=3, scale=4.0)
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES))
+    assert float(out.forward_layers[0].abs().max()) == pytest.approx(3.0)
