@@ -1,0 +1,89 @@
+"""Deterministic mode's invariance, stateful mode's carried state, and the fast LSTM against the per-step reference."""
+
+import random
+
+import torch
+
+from elmo.data.chars import batch_to_ids
+from elmo.model.bilm import remove_sentence_boundaries
+from elmo.model.lstm import reference_layer_forward
+from tests.conftest import random_bilm, small_config
+
+WORDS = "the bank of the river was closed after money flood rain a an it ginkgo 은행 배 😀 .".split()
+
+
+def _sentences(n: int, seed: int = 0) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[rng.choice(WORDS) for _ in range(rng.randint(0, 12))] for _ in range(n)]
+
+
+def _top(model, batch):
+    with torch.no_grad():
+        out = model(batch_to_ids(batch))
+    return [torch.stack(out.layers)[:, row, 1 : len(s) + 1] for row, s in enumerate(batch)]
+
+
+def test_a_sentence_is_the_same_alone_and_in_any_batch(fixture_model):
+    sentences = _sentences(20)
+    alone = [_top(fixture_model, [s])[0] for s in sentences]
+    worst = 0.0
+    for seed, size in ((1, 3), (2, 7), (3, 20)):
+        order = list(range(len(sentences)))
+        random.Random(seed).shuffle(order)
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            for i, got in zip(rows, _top(fixture_model, [sentences[i] for i in rows])):
+                worst = max(worst, float((got - alone[i]).abs().max()) if got.numel() else 0.0)
+    print(f"deterministic mode, alone vs batched: max abs diff {worst:.2e}")
+    assert worst <= 1e-5
+
+
+def test_stateful_rows_carry_state_and_reset_returns_to_zero():
+    model = random_bilm(small_config(), stateful=True)
+    fresh = random_bilm(small_config())
+    a, b, c = ["the", "bank"], ["a", "river"], ["it", "was", "closed"]
+    first = _top(model, [a, b, c])
+    assert all(torch.allclose(x, y) for x, y in zip(first, _top(fresh, [a, b, c])))
+    second = _top(model, [a, b, c])
+    assert not torch.allclose(second[0], first[0])  # row 0 continued from its state
+    # a smaller batch leaves row 2 untouched: running a 3-row batch afterwards continues row 2 from batch 2
+    saved_row2 = model._carrier.state[0][:, :, 2].clone()
+    _top(model, [a, b])
+    assert torch.equal(model._carrier.state[0][:, :, 2], saved_row2)
+    model.reset_states()
+    assert all(torch.allclose(x, y) for x, y in zip(_top(model, [a, b, c]), first))
+
+
+def test_stateful_growth_starts_new_rows_from_zero():
+    model = random_bilm(small_config(), stateful=True)
+    fresh = random_bilm(small_config())
+    s = ["the", "bank"]
+    _top(model, [s])
+    grown = _top(model, [s, s])
+    assert torch.allclose(grown[1], _top(fresh, [s])[0])
+    assert not torch.allclose(grown[0], grown[1])
+
+
+def test_fast_layer_equals_per_step_reference():
+    model = random_bilm(small_config(), scale=2.0)  # clips fire
+    layer = model.forward_stack.layers[0]
+    lengths = torch.tensor([7, 5, 5, 2, 1])
+    x = torch.randn(5, 7, 8) * (torch.arange(7) < lengths.unsqueeze(1)).unsqueeze(-1)
+    state = (torch.randn(5, 8), torch.randn(5, 24))
+    batch_sizes = [(lengths > t).sum().item() for t in range(7)]
+    with torch.no_grad():
+        fast, (h1, c1) = layer(x, batch_sizes, state)
+        slow, (h2, c2) = reference_layer_forward(layer, x, lengths, state)
+    worst = max(float((fast - slow).abs().max()), float((h1 - h2).abs().max()), float((c1 - c2).abs().max()))
+    print(f"fast LSTM layer vs per-step reference: max abs diff {worst:.2e}")
+    assert worst <= 1e-6
+
+
+def test_padding_positions_are_zero_and_mask_matches(fixture_model):
+    batch = [["a", "b", "c"], [], ["d"]]
+    with torch.no_grad():
+        out = fixture_model(batch_to_ids(batch))
+    for layer in out.layers:
+        values, mask = remove_sentence_boundaries(layer, out.mask)
+        assert mask.sum(1).tolist() == [3, 0, 1]
+        assert values[~mask].abs().max() == 0
