@@ -1,0 +1,108 @@
+"""The ``elmo`` command line, end to end on the fixture model."""
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from elmo.cli import main
+from tests.conftest import OPTIONS, WEIGHTS
+from tests.test_conformance import expected_top, interleaved_batches
+
+MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
+
+
+def test_embed_stateful_batch_3_reproduces_the_fixture(tmp_path):
+    batches = interleaved_batches()
+    lines = [" ".join(sentence) for batch in batches for sentence in batch]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rc = main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--top", "--stateful",
+               "--batch-size", "3", "--quiet", *MODEL])
+    assert rc == 0
+    worst = 0.0
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        for i in range(10):
+            for k in range(3):
+                got = f[str(3 * i + k)][()]
+                assert got.dtype == np.float32 and got.shape == expected_top(k, i).shape
+                worst = max(worst, float(np.abs(got - expected_top(k, i)).max()))
+        index = json.loads(f["sentence_to_index"][0])
+    assert index[lines[4]] == "4"
+    print(f"elmo embed --stateful --batch-size 3: max abs diff {worst:.2e}")
+    assert worst <= 2e-6
+
+
+def test_embed_all_layers_blank_lines_and_duplicates(tmp_path):
+    (tmp_path / "in.txt").write_text("The bank .\n\n  \nA river\nThe bank .\r\n", encoding="utf-8")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--all", "--quiet", *MODEL]) == 0
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        assert f["0"].shape == (3, 3, 32) and f["1"].shape == (3, 0, 32) and f["2"].shape == (3, 0, 32)
+        assert f["3"].shape == (3, 2, 32)
+        assert np.allclose(f["0"][()], f["4"][()], atol=1e-5)  # deterministic: same sentence, same vectors
+        index = json.loads(f["sentence_to_index"][0])
+    assert index == {"The bank .": "4", "": "2", "A river": "3"}
+
+
+def test_embed_average_is_the_layer_mean_and_output_is_atomic(tmp_path):
+    (tmp_path / "in.txt").write_text("a b c\nd\n", encoding="utf-8")
+    for flag in ("--all", "--average"):
+        main(["embed", str(tmp_path / "in.txt"), str(tmp_path / f"{flag[2:]}.hdf5"), flag, "--quiet",
+              "--forget-sentences", *MODEL])
+    with h5py.File(tmp_path / "all.hdf5") as a, h5py.File(tmp_path / "average.hdf5") as b:
+        assert np.allclose(a["0"][()].mean(0), b["0"][()], atol=1e-6)
+        assert "sentence_to_index" not in b
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_embed_sentence_keys(tmp_path):
+    (tmp_path / "in.txt").write_text("a b\nc d\n", encoding="utf-8")
+    main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--top", "--use-sentence-keys",
+          "--quiet", *MODEL])
+    with h5py.File(tmp_path / "o.hdf5") as f:
+        assert sorted(f.keys()) == ["a b", "c d"]
+
+
+def test_bad_input_is_one_line_and_no_output(tmp_path, capsys):
+    (tmp_path / "in.txt").write_bytes(b"good line\nbad \xff byte\n")
+    rc = main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--top", "--quiet", *MODEL])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "line 2: invalid UTF-8" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o.hdf5").exists() and not list(tmp_path.glob(".*.tmp"))
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--top", "--quiet",
+                 "--errors", "replace", *MODEL]) == 0
+
+
+def test_missing_model_file_is_one_line(tmp_path, capsys):
+    rc = main(["info", "--options", str(OPTIONS), "--weights", str(tmp_path / "nope.hdf5")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "no such weight file" in err and len(err.splitlines()) == 1
+
+
+def test_convert_both_ways_and_info(tmp_path, capsys):
+    assert main(["convert", *MODEL, str(tmp_path / "ours"), "--to", "ours"]) == 0
+    assert main(["convert", "--model", str(tmp_path / "ours"), str(tmp_path / "official"), "--to", "official"]) == 0
+    assert main(["info", "--model", str(tmp_path / "official")]) == 0
+    out = capsys.readouterr().out
+    assert "105,124 parameters" in out
+    (tmp_path / "in.txt").write_text("a b c\n", encoding="utf-8")
+    for name, args in (("orig", MODEL), ("ours", ["--model", str(tmp_path / "ours")]),
+                       ("official", ["--model", str(tmp_path / "official")])):
+        main(["embed", str(tmp_path / "in.txt"), str(tmp_path / f"{name}.hdf5"), "--all", "--quiet", *args])
+    with h5py.File(tmp_path / "orig.hdf5") as a, h5py.File(tmp_path / "ours.hdf5") as b, \
+            h5py.File(tmp_path / "official.hdf5") as c:
+        assert np.array_equal(a["0"][()], b["0"][()]) and np.array_equal(a["0"][()], c["0"][()])
+
+
+def test_show_through_the_entry_point():
+    result = subprocess.run([sys.executable, "-m", "elmo", "show", "The bank was closed .", *MODEL],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.startswith("5 tokens, 3 layers of 32 dimensions")
+    assert "bank" in result.stdout
+
+
+def test_model_and_options_together_is_refused(capsys):
+    assert main(["info", "--model", "x", *MODEL]) == 2
+    assert "not both" in capsys.readouterr().err

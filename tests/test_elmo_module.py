@@ -1,0 +1,87 @@
+"""The downstream ``Elmo`` module: frozen biLM, scalar mixes, projection readout, boundaries, layer norm."""
+
+import pytest
+import torch
+
+from elmo.data.chars import batch_to_ids
+from elmo.model.elmo import Elmo
+from elmo.model.mix import ScalarMix
+from tests.conftest import random_bilm, small_config
+
+BATCH = [["The", "bank", "closed"], ["A", "river"], []]
+
+
+def test_mix_at_init_is_the_mean_of_the_layers_and_mask_has_no_boundaries():
+    bilm = random_bilm(small_config())
+    elmo = Elmo(bilm, num_output_representations=2, dropout=0.0)
+    out = elmo(batch_to_ids(BATCH))
+    assert len(out["elmo_representations"]) == 2
+    assert out["mask"].sum(1).tolist() == [3, 2, 0]
+    with torch.no_grad():
+        layers = bilm(batch_to_ids(BATCH)).layers
+    mean = torch.stack(layers).mean(0)[:, 1:-1] * out["mask"].unsqueeze(-1)
+    assert torch.allclose(out["elmo_representations"][0], mean, atol=1e-6)
+
+
+def test_bilm_frozen_by_default_and_mix_is_trainable():
+    elmo = Elmo(random_bilm(small_config()), dropout=0.0)
+    assert not any(p.requires_grad for p in elmo.bilm.parameters())
+    loss = elmo(batch_to_ids(BATCH))["elmo_representations"][0].sum()
+    loss.backward()
+    mix = elmo.readouts[0]
+    assert mix.weights.grad is not None and mix.gamma.grad is not None
+
+
+def test_requires_grad_trains_the_bilm():
+    elmo = Elmo(random_bilm(small_config()), requires_grad=True, dropout=0.0)
+    elmo(batch_to_ids(BATCH))["elmo_representations"][0].sum().backward()
+    assert elmo.bilm.forward_stack.layers[0].weight_hh.grad is not None
+
+
+def test_fixed_scalar_mix_parameters_are_not_trainable():
+    elmo = Elmo(random_bilm(small_config()), scalar_mix_parameters=[-9e10, 1, -9e10], dropout=0.0)
+    assert not elmo.readouts[0].weights.requires_grad
+    out = elmo(batch_to_ids(BATCH))
+    with torch.no_grad():
+        layer1 = elmo.bilm(batch_to_ids(BATCH)).layers[1][:, 1:-1] * out["mask"].unsqueeze(-1)
+    assert torch.allclose(out["elmo_representations"][0], layer1, atol=1e-6)
+
+
+def test_keep_sentence_boundaries():
+    elmo = Elmo(random_bilm(small_config()), keep_sentence_boundaries=True, dropout=0.0)
+    out = elmo(batch_to_ids(BATCH))
+    assert out["elmo_representations"][0].shape[1] == 5 and out["mask"].sum(1).tolist() == [5, 4, 2]
+
+
+def test_projection_output_uses_the_five_components():
+    bilm = random_bilm(small_config())
+    elmo = Elmo(bilm, output="projection", projection_dim=12, dropout=0.0)
+    out = elmo(batch_to_ids(BATCH))["elmo_representations"][0]
+    assert out.shape == (3, 3, 12) and elmo.output_dim == 12
+    projection = elmo.readouts[0].projection
+    assert projection.weight.shape == (12, 5 * 8) and projection.weight.requires_grad
+    with torch.no_grad():
+        o = bilm(batch_to_ids(BATCH))
+        parts = torch.cat([o.token_vectors, *o.forward_layers, *o.backward_layers], -1)[:, 1:-1]
+        assert torch.allclose(out[0, :3], parts[0, :3] @ projection.weight.t(), atol=1e-6)
+
+
+def test_layer_norm_uses_batch_global_statistics():
+    mix = ScalarMix(2, do_layer_norm=True)
+    a = torch.randn(2, 4, 3) * 5 + 2
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    out = mix([a, a], mask)
+    values = a[mask]
+    expected = (a - values.mean()) / values.var(unbiased=False).sqrt()
+    assert torch.allclose(out[mask], expected[mask], atol=1e-5)
+
+
+def test_dropout_only_in_training():
+    elmo = Elmo(random_bilm(small_config()), dropout=0.5).eval()
+    ids = batch_to_ids(BATCH)
+    assert torch.equal(elmo(ids)["elmo_representations"][0], elmo(ids)["elmo_representations"][0])
+
+
+def test_bad_output_kind_is_refused():
+    with pytest.raises(ValueError, match="'mix' or 'projection'"):
+        Elmo(random_bilm(small_config()), output="concat")

@@ -1,0 +1,88 @@
+"""``Embedder.embed``: input forms, layer choices, pooling, order restored, batching invisible."""
+
+import numpy as np
+import pytest
+import torch
+
+from elmo.embed import Embedder
+from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS, max_tokens=20, max_batch_size=3)
+
+
+def test_string_list_and_token_lists(embedder):
+    one = embedder.embed("The bank closed .")
+    assert isinstance(one, np.ndarray) and one.shape == (3, 4, 32) and one.dtype == np.float32
+    many = embedder.embed(["The bank closed .", "A river"])
+    tokens = embedder.embed([["The", "bank", "closed", "."], ["A", "river"]])
+    assert [m.shape for m in many] == [(3, 4, 32), (3, 2, 32)]
+    assert all(np.array_equal(a, b) for a, b in zip(many, tokens))
+    assert np.abs(many[0] - one).max() <= 1e-5  # batch of 1 vs 2: float32 reordering only
+
+
+def test_order_is_restored_and_batching_is_invisible(embedder):
+    sentences = [" ".join(["w"] * n + [str(n)]) for n in (5, 1, 9, 3, 0, 7, 2)]
+    batched = embedder.embed(sentences)
+    for s, got in zip(sentences, batched):
+        alone = embedder.embed(s)
+        assert got.shape == alone.shape and np.abs(got - alone).max() <= 1e-5
+
+
+def test_layer_choices(embedder):
+    all_layers = embedder.embed("a b c")
+    assert np.allclose(embedder.embed("a b c", layers="top"), all_layers[-1])
+    assert np.allclose(embedder.embed("a b c", layers="average"), all_layers.mean(0), atol=1e-6)
+    assert np.allclose(embedder.embed("a b c", layers=1), all_layers[1])
+    assert np.allclose(embedder.embed("a b c", layers=-1), all_layers[-1])
+    assert np.allclose(embedder.embed("a b c", layers="mix"), all_layers.mean(0), atol=1e-6)
+    with pytest.raises(ValueError, match="layers 0..2"):
+        embedder.embed("a", layers=3)
+
+
+def test_mix_weights_and_gamma():
+    embedder = Embedder(random_bilm(small_config()), mix_weights=[0.0, 0.0, 1e9], gamma=2.0)
+    assert np.allclose(embedder.embed("a b", layers="mix"), 2 * embedder.embed("a b", layers="top"), atol=1e-5)
+
+
+def test_pooling_ignores_padding(embedder):
+    long, short = embedder.embed(["a b c d e f g", "x y"], layers="top", pooling="mean")
+    tokens = embedder.embed("x y", layers="top")
+    assert short.shape == (32,) and np.allclose(short, tokens.mean(0), atol=1e-6)
+    maxed = embedder.embed(["a b c d e f g", "x y"], layers="all", pooling="max")[1]
+    assert maxed.shape == (3, 32) and np.allclose(maxed, embedder.embed("x y").max(1), atol=1e-6)
+    empty = embedder.embed([""], pooling="mean")[0]
+    assert empty.shape == (3, 32) and not empty.any()
+
+
+def test_empty_sentence_and_empty_list(embedder):
+    assert embedder.embed("").shape == (3, 0, 32)
+    assert embedder.embed([]) == []
+
+
+def test_tokenizer_hook():
+    embedder = Embedder(random_bilm(small_config()), tokenizer=lambda s: s.split(","))
+    assert embedder.embed("a,b,c").shape[1] == 3
+
+
+def test_embedder_refuses_a_stateful_model():
+    with pytest.raises(ValueError, match="deterministic"):
+        Embedder(random_bilm(small_config(), stateful=True))
+
+
+def test_runs_without_autograd(embedder):
+    ids_grad = []
+    original = embedder.bilm.forward
+
+    def spy(*a, **k):
+        ids_grad.append(torch.is_inference_mode_enabled())
+        return original(*a, **k)
+
+    embedder.bilm.forward = spy
+    try:
+        embedder.embed("a b")
+    finally:
+        del embedder.bilm.forward
+    assert ids_grad == [True]
