@@ -45,3 +45,23 @@ def fixture_model() -> BiLM:
     from elmo.io.official import load_official
 
     return load_official(OPTIONS, WEIGHTS)
+
+
+# ---- measured figures, printed at the end of every run (even with -q) -------------------------------------------
+_FIGURES: list[str] = []
+
+
+@pytest.fixture
+def report():
+    """``report("what", value)`` records a measured figure for the end-of-run summary."""
+    def record(what: str, value: float) -> None:
+        _FIGURES.append(f"{what}: {value:.2e}")
+        print(f"{what}: {value:.2e}")
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _FIGURES:
+        terminalreporter.section("measured figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)

@@ -15,7 +15,7 @@ from tests.test_conformance import expected_top, interleaved_batches
 MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
 
 
-def test_embed_stateful_batch_3_reproduces_the_fixture(tmp_path):
+def test_embed_stateful_batch_3_reproduces_the_fixture(tmp_path, report):
     batches = interleaved_batches()
     lines = [" ".join(sentence) for batch in batches for sentence in batch]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -31,7 +31,7 @@ def test_embed_stateful_batch_3_reproduces_the_fixture(tmp_path):
                 worst = max(worst, float(np.abs(got - expected_top(k, i)).max()))
         index = json.loads(f["sentence_to_index"][0])
     assert index[lines[4]] == "4"
-    print(f"elmo embed --stateful --batch-size 3: max abs diff {worst:.2e}")
+    report("elmo embed --stateful --batch-size 3 vs lm_embeddings: max abs diff", worst)
     assert worst <= 2e-6
 
 

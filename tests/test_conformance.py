@@ -24,7 +24,7 @@ def expected_top(k: int, i: int) -> np.ndarray:
     return np.concatenate([forward_backward[0], forward_backward[1]], axis=-1)  # (n, 2P)
 
 
-def test_stateful_top_layer_matches_lm_embeddings():
+def test_stateful_top_layer_matches_lm_embeddings(report):
     model = load_official(OPTIONS, WEIGHTS, stateful=True)
     worst = 0.0
     with torch.no_grad():
@@ -34,7 +34,7 @@ def test_stateful_top_layer_matches_lm_embeddings():
             assert mask.sum(1).tolist() == [len(s) for s in batch]
             for k, sentence in enumerate(batch):
                 worst = max(worst, float(np.abs(top[k, : len(sentence)].numpy() - expected_top(k, i)).max()))
-    print(f"lm_embeddings top layer, stateful interleaved: max abs diff {worst:.2e}")
+    report("lm_embeddings top layer, stateful interleaved batches: max abs diff", worst)
     assert worst <= 2e-6
 
 
@@ -47,7 +47,7 @@ def test_without_carried_state_the_fixture_is_not_reproduced(fixture_model):
     assert np.abs(top[0, : len(batches[1][0])].numpy() - expected_top(0, 1)).max() > 1e-2
 
 
-def test_token_layer_matches_elmo_token_embeddings(fixture_model):
+def test_token_layer_matches_elmo_token_embeddings(fixture_model, report):
     vocab = (FIXTURES / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
     rows = [vocab[i : i + 50] for i in range(0, len(vocab), 50)]  # as AllenNLP's test: rows of 50 words
     with torch.no_grad():
@@ -58,7 +58,7 @@ def test_token_layer_matches_elmo_token_embeddings(fixture_model):
         expected = f["embedding"][()]
     assert got.shape == expected.shape == (len(vocab), 16)
     worst = float(np.abs(got - expected).max())
-    print(f"token layer vs elmo_token_embeddings.hdf5: max abs diff {worst:.2e}")
+    report("token layer vs elmo_token_embeddings.hdf5: max abs diff", worst)
     assert worst <= 1e-6
 
 

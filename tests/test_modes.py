@@ -23,7 +23,7 @@ def _top(model, batch):
     return [torch.stack(out.layers)[:, row, 1 : len(s) + 1] for row, s in enumerate(batch)]
 
 
-def test_a_sentence_is_the_same_alone_and_in_any_batch(fixture_model):
+def test_a_sentence_is_the_same_alone_and_in_any_batch(fixture_model, report):
     sentences = _sentences(20)
     alone = [_top(fixture_model, [s])[0] for s in sentences]
     worst = 0.0
@@ -34,7 +34,7 @@ def test_a_sentence_is_the_same_alone_and_in_any_batch(fixture_model):
             rows = order[start : start + size]
             for i, got in zip(rows, _top(fixture_model, [sentences[i] for i in rows])):
                 worst = max(worst, float((got - alone[i]).abs().max()) if got.numel() else 0.0)
-    print(f"deterministic mode, alone vs batched: max abs diff {worst:.2e}")
+    report("deterministic mode, a sentence alone vs in batches: max abs diff", worst)
     assert worst <= 1e-5
 
 
@@ -64,7 +64,7 @@ def test_stateful_growth_starts_new_rows_from_zero():
     assert not torch.allclose(grown[0], grown[1])
 
 
-def test_fast_layer_equals_per_step_reference():
+def test_fast_layer_equals_per_step_reference(report):
     model = random_bilm(small_config(), scale=2.0)  # clips fire
     layer = model.forward_stack.layers[0]
     lengths = torch.tensor([7, 5, 5, 2, 1])
@@ -75,7 +75,7 @@ def test_fast_layer_equals_per_step_reference():
         fast, (h1, c1) = layer(x, batch_sizes, state)
         slow, (h2, c2) = reference_layer_forward(layer, x, lengths, state)
     worst = max(float((fast - slow).abs().max()), float((h1 - h2).abs().max()), float((c1 - c2).abs().max()))
-    print(f"fast LSTM layer vs per-step reference: max abs diff {worst:.2e}")
+    report("fast LSTM layer vs per-step reference: max abs diff", worst)
     assert worst <= 1e-6
 
 

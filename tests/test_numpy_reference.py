@@ -27,7 +27,7 @@ def _compare(config, tmp_path, scale=1.0, dtype=torch.float32):
 
 
 @pytest.mark.parametrize("variant", ["default", "no_skip", "tanh_3_layers", "no_clips", "clips_fire"])
-def test_matches_numpy_reference(variant, tmp_path):
+def test_matches_numpy_reference(variant, tmp_path, report):
     config, scale = small_config(), 1.0
     if variant == "no_skip":
         config = small_config(use_skip_connections=False)
@@ -40,13 +40,12 @@ def test_matches_numpy_reference(variant, tmp_path):
         scale = 4.0
     # float64 checks the arithmetic exactly; float32 checks it is accurate enough where values stay moderate
     exact = _compare(config, tmp_path, scale, torch.float64)
-    print(f"{variant}: max abs diff to the NumPy reference {exact:.2e} (float64)", end="")
+    report(f"{variant} vs NumPy reference, float64: max abs diff", exact)
     assert exact <= 1e-9
     if scale == 1.0:
         worst = _compare(config, tmp_path, scale)
-        print(f", {worst:.2e} (float32)", end="")
+        report(f"{variant} vs NumPy reference, float32: max abs diff", worst)
         assert worst <= 1e-5
-    print()
 
 
 def test_clips_really_fire_in_the_clips_fire_variant():
