@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -77,6 +78,100 @@ def cmd_info(args: argparse.Namespace) -> None:
     print(f"output: {model.config.n_output_layers} layers x {model.config.output_dim} dimensions per token")
 
 
+def cmd_vocab_build(args: argparse.Namespace) -> None:
+    from elmo.data.corpus import SentenceSource, expand_files
+    from elmo.data.vocab import Vocabulary
+    from elmo.text.tokenize import get_tokenizer
+
+    source = SentenceSource(expand_files(args.files), get_tokenizer(args.tokenize), shuffle=False, loop=False)
+    vocab = Vocabulary.build(_sentences(source), min_count=args.min_count, max_size=args.max_size)
+    vocab.save(args.output)
+    print(f"wrote {len(vocab)} words to {args.output}", file=sys.stderr)
+
+
+def _sentences(source):
+    while (chunk := source.next_chunk()) is not None:
+        yield from chunk
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        _relaunch_with_torchrun(args.nproc)
+        return
+    from elmo.data.vocab import Vocabulary
+    from elmo.text.tokenize import get_tokenizer
+    from elmo.training.config import TrainConfig
+    from elmo.training.trainer import Trainer
+
+    config = TrainConfig.load(args.config).replace(max_steps=args.max_steps, max_minutes=args.max_minutes,
+                                                   batch_size=args.batch_size, seed=args.seed,
+                                                   checkpoint_every=args.checkpoint_every)
+    vocab = Vocabulary.load(args.vocab) if args.vocab else None
+    trainer = Trainer(config, args.files, args.out, vocab=vocab, tokenizer=get_tokenizer(args.tokenize),
+                      resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet)
+    history = trainer.train()
+    if history and trainer.env.main:
+        print(f"step {trainer.step}: loss {history[-1]['loss']:.4f}, checkpoints in {args.out}", file=sys.stderr)
+
+
+def _relaunch_with_torchrun(nproc: int) -> None:
+    import subprocess
+
+    argv = [a for a in sys.argv[1:]]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "elmo", *argv]
+    raise SystemExit(subprocess.call(command))
+
+
+def cmd_perplexity(args: argparse.Namespace) -> None:
+    from elmo.io.checkpoint import load_language_model
+    from elmo.text.tokenize import get_tokenizer
+    from elmo.training.evaluate import perplexity
+    from elmo.training.lm import LanguageModel
+
+    bilm, softmax, vocab = load_language_model(args.model)
+    model = LanguageModel(bilm, softmax).to(args.device)
+    result = perplexity(model, vocab, args.files, get_tokenizer(args.tokenize), batch_size=args.batch_size,
+                        max_sentences=args.max_sentences, progress=not args.quiet)
+    print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
+          f"mean {result.mean:.2f}")
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from elmo.io.checkpoint import load_language_model
+    from elmo.training.evaluate import score
+
+    bilm, softmax, vocab = load_language_model(args.model)
+    sentences = [s.split() for s in args.sentences]
+    for text, (forward, backward) in zip(args.sentences, score(bilm, softmax, vocab, sentences)):
+        print(f"{forward:10.3f} {backward:10.3f}  {text}")
+
+
+def cmd_substitutes(args: argparse.Namespace) -> None:
+    from elmo.io.checkpoint import load_language_model
+    from elmo.training.evaluate import substitutes
+
+    bilm, softmax, vocab = load_language_model(args.model)
+    tokens = args.sentence.split()
+    result = substitutes(bilm, softmax, vocab, tokens, args.position, args.k)
+    print(f"position {args.position}: {tokens[args.position]!r}")
+    for name, words in result.items():
+        print(f"{name:<9} " + "  ".join(f"{w} {p:.3f}" for w, p in words))
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from elmo.training.export import export_checkpoint
+
+    print(f"wrote {export_checkpoint(args.checkpoint, args.output)}", file=sys.stderr)
+
+
+def cmd_dump_token_embeddings(args: argparse.Namespace) -> None:
+    from elmo.training.export import dump_token_embeddings
+
+    n = dump_token_embeddings(_load(args), args.vocab, args.output)
+    print(f"wrote {n} token vectors to {args.output}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +211,67 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="print a model's configuration and parameter counts")
     _add_model_args(p)
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("vocab", help="vocabulary files")
+    vsub = p.add_subparsers(dest="vocab_command", required=True)
+    p = vsub.add_parser("build", help="build a bilm-tf vocabulary (<S>, </S>, <UNK>, then by frequency)")
+    p.add_argument("files", nargs="+", help="text files or globs (plain or .gz), one sentence per line")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--min-count", type=int, default=1)
+    p.add_argument("--max-size", type=int, default=None, help="at most this many words, specials included")
+    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
+    p.set_defaults(func=cmd_vocab_build)
+
+    p = sub.add_parser("train", help="pretrain a biLM on your text (bilm-tf's recipe)")
+    p.add_argument("files", nargs="*", help="training text files or globs (plain or .gz), one sentence per line")
+    p.add_argument("--config", default="tiny", help="preset (tiny, small-cpu, small, medium, original) or TOML/JSON")
+    p.add_argument("--vocab", help="vocabulary file (from `elmo vocab build`)")
+    p.add_argument("--out", required=True, help="run directory: checkpoints and metrics.jsonl")
+    p.add_argument("--resume", help="continue exactly from a checkpoint (or the newest in a run directory)")
+    p.add_argument("--init-from", help="start from a checkpoint's weights and vocabulary on new text")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-minutes", type=float)
+    p.add_argument("--batch-size", type=int, help="rows per process")
+    p.add_argument("--checkpoint-every", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
+    p.add_argument("--nproc", type=int, default=0, help="processes on this machine (runs torchrun)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("perplexity", help="full-softmax perplexity of a trained LM on text")
+    p.add_argument("model", help="checkpoint, run directory or exported LM directory")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-sentences", type=int)
+    p.add_argument("--tokenize", default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_perplexity)
+
+    p = sub.add_parser("score", help="log-probability of sentences under the forward and backward LMs")
+    p.add_argument("model")
+    p.add_argument("sentences", nargs="+", help="whitespace-tokenised sentences, each in quotes")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("substitutes", help="the words the LMs expect at a position")
+    p.add_argument("model")
+    p.add_argument("sentence")
+    p.add_argument("position", type=int, help="0-based token position")
+    p.add_argument("-k", type=int, default=10)
+    p.set_defaults(func=cmd_substitutes)
+
+    p = sub.add_parser("export", help="a checkpoint -> official options.json + weights.hdf5 and our format")
+    p.add_argument("checkpoint")
+    p.add_argument("output")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("dump-token-embeddings", help="bilm-tf's token-embedding cache for a vocabulary")
+    p.add_argument("vocab")
+    p.add_argument("output")
+    _add_model_args(p)
+    p.set_defaults(func=cmd_dump_token_embeddings)
     return parser
 
 

@@ -97,16 +97,19 @@ def reference_layer_forward(layer: ProjectedLSTMLayer, x: torch.Tensor, lengths:
 class LSTMStack(nn.Module):
     """One direction: layers fed bottom to top, with residual connections around every layer but the first."""
 
-    def __init__(self, layers: list[ProjectedLSTMLayer], use_skip_connections: bool) -> None:
+    def __init__(self, layers: list[ProjectedLSTMLayer], use_skip_connections: bool, dropout: float = 0.0) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.use_skip_connections = use_skip_connections
+        self.dropout = dropout  # training only: on every layer's input; the residual adds the dropped-out input
 
     def forward(self, x: torch.Tensor, batch_sizes: list[int],
                 states: list[State]) -> tuple[list[torch.Tensor], list[State]]:
         """x (B, T, P) sorted longest first -> every layer's output (B, T, P) and final state."""
         outputs, finals = [], []
         for index, (layer, state) in enumerate(zip(self.layers, states)):
+            if self.training and self.dropout > 0:
+                x = nn.functional.dropout(x, self.dropout, training=True)
             out, final = layer(x, batch_sizes, state)  # (B, T, P)
             if self.use_skip_connections and index > 0:
                 out = out + x  # the residual is not part of the carried state

@@ -1,0 +1,240 @@
+"""Streamed training text -> the bidirectional LM's batches (TRAINING.md, "Batching").
+
+Each batch row is an endless stream of sentences, each written ``<S> w1 .. wn </S>``, cut into windows of
+``unroll_steps`` tokens. The input is the stream, the target is the stream shifted by one; a sentence that does not
+fit continues in the same row of the next batch, and the LSTM state of every row is carried from batch to batch
+(truncated back-propagation through ``unroll_steps`` steps). ``</S>`` is never an input, so each sentence gives
+n + 1 predictions. With 3 rows and unroll_steps = 5::
+
+    row 0 stream:    <S> the cat sat . </S> <S> dogs bark </S> <S> a ...
+    batch k    inputs   <S>  the  cat  sat  .
+               targets  the  cat  sat  .    </S>
+    batch k+1  inputs   <S>  dogs bark <S>  a        </S> is never an input: after "." comes the next <S>
+               targets  dogs bark </S> a    ...
+
+    rows 1 .. B-1 are independent streams of other sentences, batched side by side: (B, T) per batch.
+
+The backward model reads every sentence reversed (``</S> wn .. w1 <S>``) from its own, separately shuffled
+stream. Sentence ``g`` of the stream goes to row ``g mod R`` of the R rows of the global batch, so a distributed
+run where rank r owns rows [r*B, (r+1)*B) reads a disjoint part of the text, and gives the same rows as one process
+with R rows. Text is read in chunks, shuffled within each chunk, so memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_ids
+from elmo.data.vocab import Vocabulary
+
+
+class CorpusError(ValueError):
+    """Training text that cannot be read (names the file and line)."""
+
+
+def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
+    """Files named directly or by glob patterns, in sorted order per pattern; an unmatched pattern is an error."""
+    files: list[Path] = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(str(pattern), recursive=True))
+        if not matched:
+            raise CorpusError(f"{pattern}: no such file (or the pattern matches nothing)")
+        files += [Path(m) for m in matched if Path(m).is_file()]
+    return files
+
+
+def open_text(path: Path):
+    """A text file, plain or gzip, read as UTF-8 with lines split on '\\n' only."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
+    return open(path, "r", encoding="utf-8", newline="\n")
+
+
+class SentenceSource:
+    """Tokenised sentences from files, in shuffled chunks; endless (``loop``) or one pass; resumable.
+
+    Its position is (epoch, file index, line within the file, chunks read): enough to re-open the files and skip to
+    the same place. Each chunk's shuffle is seeded by (seed, chunks read), so no RNG state needs saving.
+    """
+
+    def __init__(self, files: Sequence[Path], tokenizer: Callable[[str], list[str]] = str.split, seed: int = 0,
+                 chunk_size: int = 20_000, shuffle: bool = True, loop: bool = True,
+                 limit: int | None = None) -> None:
+        if not files:
+            raise CorpusError("no training files")
+        self.files, self.tokenizer, self.seed = list(files), tokenizer, seed
+        self.chunk_size, self.shuffle, self.loop = chunk_size, shuffle, loop
+        self.limit = limit  # one pass only: stop after this many sentences
+        self.served = 0
+        self.epoch = self.file_index = self.line = self.chunks = 0
+        self._handle = None
+        self._handle_pos: tuple[int, int] | None = None  # (file index, line) the open handle is at
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "file_index": self.file_index, "line": self.line, "chunks": self.chunks,
+                "served": self.served}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.file_index, self.line, self.chunks, self.served = (
+            state[k] for k in ("epoch", "file_index", "line", "chunks", "served"))
+        self._close()
+
+    def next_chunk(self) -> list[list[str]] | None:
+        """Up to ``chunk_size`` non-empty sentences, or None at the end of a single pass."""
+        sentences: list[list[str]] = []
+        passes_without_text = 0
+        wanted = self.chunk_size
+        if self.limit is not None and not self.loop:
+            wanted = min(wanted, self.limit - self.served)
+        while len(sentences) < wanted:
+            if self.file_index >= len(self.files):
+                if not self.loop:
+                    break
+                if not sentences and passes_without_text:
+                    raise CorpusError(f"{self.files[0]}: the training files hold no non-empty line")
+                passes_without_text += 1
+                self.epoch, self.file_index, self.line = self.epoch + 1, 0, 0
+                self._close()
+                continue
+            handle = self._open()
+            path = self.files[self.file_index]
+            for raw in handle:
+                self.line += 1
+                try:
+                    tokens = self.tokenizer(raw.rstrip("\n"))
+                except Exception as err:  # a tokenizer plug-in failing on one line should say where
+                    raise CorpusError(f"{path}, line {self.line}: tokenizer failed ({err})") from None
+                if tokens:
+                    sentences.append(tokens)
+                    if len(sentences) >= wanted:
+                        break
+            else:
+                self.file_index, self.line = self.file_index + 1, 0
+                self._close()
+                continue
+            self._handle_pos = (self.file_index, self.line)
+        if not sentences:
+            return None
+        self.served += len(sentences)
+        if self.shuffle:
+            random.Random(f"{self.seed}:{self.chunks}").shuffle(sentences)
+        self.chunks += 1
+        return sentences
+
+    def _open(self):
+        if self._handle is None or self._handle_pos != (self.file_index, self.line):
+            self._close()
+            path = self.files[self.file_index]
+            try:
+                self._handle = open_text(path)
+                for _ in range(self.line):  # resume: skip what was read before
+                    next(self._handle)
+            except (OSError, StopIteration) as err:
+                raise CorpusError(f"{path}: cannot read at line {self.line + 1} ({err})") from None
+            except UnicodeDecodeError as err:
+                raise CorpusError(f"{path}: not UTF-8 near line {self.line + 1} ({err.reason})") from None
+            self._handle_pos = (self.file_index, self.line)
+        return _decode_errors_named(self._handle, self.files[self.file_index], self)
+
+    def _close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        self._handle, self._handle_pos = None, None
+
+
+def _decode_errors_named(handle, path: Path, source: SentenceSource) -> Iterator[str]:
+    try:
+        yield from handle
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"{path}, line {source.line + 1}: not valid UTF-8 ({err.reason}); "
+                          f"fix or drop the line") from None
+    except (OSError, EOFError) as err:
+        raise CorpusError(f"{path}, line {source.line + 1}: read failed ({err}); the file may be truncated") from None
+
+
+@dataclass
+class LMBatch:
+    char_ids: torch.Tensor  # (B, T, W) inputs
+    targets: torch.Tensor  # (B, T) next-token ids, -1 where a row has no more text (one-pass sources only)
+    tokens: int  # real targets in the batch
+
+
+class LMBatcher:
+    """Rows ``rows[0] <= r < rows[1]`` of a global batch of ``n_rows`` streams, ``unroll_steps`` tokens each."""
+
+    def __init__(self, source: SentenceSource, vocab: Vocabulary, n_rows: int, unroll_steps: int,
+                 rows: tuple[int, int] | None = None, reverse: bool = False, width: int = MAX_CHARS) -> None:
+        self.source, self.vocab, self.n_rows, self.steps = source, vocab, n_rows, unroll_steps
+        self.rows = rows or (0, n_rows)
+        self.reverse, self.width = reverse, width
+        local = self.rows[1] - self.rows[0]
+        self.queues: list[list[list[str]]] = [[] for _ in range(local)]  # sentences waiting, per row
+        self.current: list[list[str]] = [[] for _ in range(local)]  # what is left of each row's sentence
+        self.counter = 0  # sentences dealt so far (global numbering)
+        self.exhausted = False
+
+    def state_dict(self) -> dict:
+        return {"source": self.source.state_dict(), "queues": self.queues, "current": self.current,
+                "counter": self.counter, "exhausted": self.exhausted}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["queues"]) != len(self.queues):
+            raise ValueError(f"batcher state holds {len(state['queues'])} rows, this batcher has {len(self.queues)}")
+        self.source.load_state_dict(state["source"])
+        self.queues, self.current = state["queues"], state["current"]
+        self.counter, self.exhausted = state["counter"], state["exhausted"]
+
+    def _deal(self) -> bool:
+        """Read one chunk and deal its sentences to the rows; False when a one-pass source is done."""
+        chunk = self.source.next_chunk()
+        if chunk is None:
+            self.exhausted = True
+            return False
+        lo, hi = self.rows
+        for sentence in chunk:
+            row = self.counter % self.n_rows
+            if lo <= row < hi:
+                self.queues[row - lo].append(sentence)
+            self.counter += 1
+        return True
+
+    def _next_sentence(self, row: int) -> list[str] | None:
+        while not self.queues[row]:
+            if self.exhausted or not self._deal():
+                return None
+        words = [BOS_TOKEN, *self.queues[row].pop(0), EOS_TOKEN]
+        return words[::-1] if self.reverse else words
+
+    def next_batch(self) -> LMBatch | None:
+        """The next window of every row; None when a one-pass source has nothing left for any row."""
+        batch = len(self.queues)
+        inputs = [[""] * self.steps for _ in range(batch)]
+        targets = torch.full((batch, self.steps), -1, dtype=torch.long)
+        real = 0
+        for row in range(batch):
+            pos = 0
+            while pos < self.steps:
+                if len(self.current[row]) <= 1:  # only the final boundary left: it is never an input
+                    sentence = self._next_sentence(row)
+                    if sentence is None:
+                        break
+                    self.current[row] = sentence
+                stream = self.current[row]
+                take = min(len(stream) - 1, self.steps - pos)
+                inputs[row][pos : pos + take] = stream[:take]
+                targets[row, pos : pos + take] = torch.tensor(self.vocab.ids(stream[1 : take + 1]))
+                self.current[row] = stream[take:]
+                pos += take
+            real += pos
+        if real == 0:
+            return None
+        empty = (0,) * self.width  # a padding slot, only where a one-pass source ran out
+        ids = torch.tensor([[word_to_char_ids(w, self.width) if w else empty for w in row] for row in inputs])
+        return LMBatch(ids, targets, real)  # ids (B, T, W)

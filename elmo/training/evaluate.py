@@ -1,0 +1,109 @@
+"""What a trained language model says about text: perplexity, sentence scores, likely substitutes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from elmo.data.chars import batch_to_ids
+from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
+from elmo.data.vocab import Vocabulary
+from elmo.model.bilm import BiLM
+from elmo.training.lm import LanguageModel
+from elmo.training.softmax import LMSoftmax
+
+
+@dataclass
+class Perplexity:
+    forward: float
+    backward: float
+    tokens: int  # predictions per direction (n + 1 per sentence: every word and </S>)
+
+    @property
+    def mean(self) -> float:
+        """The geometric mean of the two directions: bilm-tf's reported perplexity."""
+        return math.sqrt(self.forward * self.backward)
+
+
+@torch.inference_mode()
+def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Path],
+               tokenizer: Callable[[str], list[str]] = str.split, batch_size: int = 64, unroll_steps: int = 20,
+               max_sentences: int | None = None, progress: bool = False) -> Perplexity:
+    """Full-softmax perplexity of each direction over the files, one pass, state carried from batch to batch.
+
+    Each row is a stream of whole sentences, as in training; out-of-vocabulary targets count as ``<UNK>``.
+    """
+    model.eval()
+    device = model.softmax.weight.device
+    files = expand_files(files)
+    batchers = [LMBatcher(SentenceSource(files, tokenizer, shuffle=False, loop=False, limit=max_sentences),
+                          vocab, batch_size, unroll_steps, reverse=bool(d),
+                          width=model.bilm.config.char_cnn.max_characters_per_token) for d in (0, 1)]
+    states = model.zero_states(batch_size, device)
+    totals, counts = [0.0, 0.0], [0, 0]
+    bar = tqdm(unit="tok", disable=not progress, desc="perplexity")
+    for direction, batcher in enumerate(batchers):
+        while (batch := batcher.next_batch()) is not None:
+            hidden, states[direction] = model.hidden(batch.char_ids.to(device), direction, states[direction])
+            targets = batch.targets.to(device).reshape(-1)
+            totals[direction] += float(model.softmax.full_loss(hidden.reshape(-1, hidden.shape[-1]), targets))
+            counts[direction] += batch.tokens
+            bar.update(batch.tokens)
+            if counts[direction]:
+                bar.set_postfix(ppl=f"{math.exp(totals[direction] / counts[direction]):.1f}",
+                                direction="forward" if direction == 0 else "backward")
+    bar.close()
+    if counts[0] == 0:
+        raise ValueError("no text to evaluate: the files hold no non-empty line")
+    return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0])
+
+
+@torch.inference_mode()
+def direction_log_probs(bilm: BiLM, softmax: LMSoftmax, sentences: Sequence[Sequence[str]]):
+    """Per-position log-probabilities over the vocabulary, each sentence from the zero state.
+
+    Returns the BiLM output and two (B, T + 2, V) tensors: the forward LM's distribution for the token at each
+    position given everything left of it, and the backward LM's given everything right of it.
+    """
+    out = bilm(batch_to_ids(sentences, bilm.config.char_cnn.max_characters_per_token))
+    fwd = softmax.log_probs(out.forward_layers[-1])  # (B, T+2, V): position t predicts t + 1
+    bwd = softmax.log_probs(out.backward_layers[-1])  # position t predicts t - 1
+    vocab_size = fwd.shape[-1]
+    pad = fwd.new_full((fwd.shape[0], 1, vocab_size), float("nan"))
+    return out, torch.cat([pad, fwd[:, :-1]], 1), torch.cat([bwd[:, 1:], pad], 1)  # aligned to the predicted token
+
+
+def score(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
+          sentences: Sequence[Sequence[str]]) -> list[tuple[float, float]]:
+    """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included)."""
+    _, fwd, bwd = direction_log_probs(bilm, softmax, sentences)
+    results = []
+    for row, tokens in enumerate(sentences):
+        ids = torch.tensor(vocab.ids(["<S>", *tokens, "</S>"]))
+        n = len(tokens)
+        forward = fwd[row, torch.arange(1, n + 2), ids[1 : n + 2]].sum()  # words and </S>
+        backward = bwd[row, torch.arange(0, n + 1), ids[0 : n + 1]].sum()  # words and <S>
+        results.append((float(forward), float(backward)))
+    return results
+
+
+def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Sequence[str], position: int,
+                k: int = 10) -> dict[str, list[tuple[str, float]]]:
+    """The top-k words each LM expects at ``position`` (0-based), with probabilities, and their product of experts."""
+    if not 0 <= position < len(tokens):
+        raise ValueError(f"position {position} is outside the sentence (0..{len(tokens) - 1})")
+    _, fwd, bwd = direction_log_probs(bilm, softmax, [list(tokens)])
+    specials = torch.tensor([vocab.bos, vocab.eos, vocab.unk])
+    result = {}
+    for name, logp in (("forward", fwd[0, position + 1]), ("backward", bwd[0, position + 1]),
+                       ("both", torch.log_softmax(fwd[0, position + 1] + bwd[0, position + 1], -1))):
+        logp = logp.clone()
+        logp[specials] = float("-inf")
+        top = torch.topk(logp, min(k, len(vocab) - 3))
+        result[name] = [(vocab.words[i], math.exp(v)) for v, i in zip(top.values.tolist(), top.indices.tolist())]
+    return result

@@ -1,0 +1,44 @@
+"""From a training checkpoint to files people use: the official pair, our format with the softmax, token caches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import torch
+
+from elmo.data.chars import batch_to_ids
+from elmo.data.vocab import Vocabulary
+from elmo.io.atomic import atomic_path
+from elmo.io.checkpoint import load_language_model, save_language_model
+from elmo.io.official import export_official
+from elmo.model.bilm import BiLM
+
+
+def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
+    """Write into ``out_dir``: options.json + weights.hdf5 (official, for AllenNLP / bilm-tf / ``--options``)
+    and config.json + model.safetensors + softmax.safetensors + vocab.txt (ours, to embed, score or train on)."""
+    bilm, softmax, vocab = load_language_model(checkpoint)
+    out = Path(out_dir)
+    export_official(bilm, out)
+    save_language_model(out, bilm, softmax, vocab)
+    return out
+
+
+@torch.inference_mode()
+def token_embeddings(bilm: BiLM, words: list[str], batch_size: int = 512) -> torch.Tensor:
+    """The context-independent token layer of each word: (V, P), in the given order."""
+    rows = []
+    width = bilm.config.char_cnn.max_characters_per_token
+    for start in range(0, len(words), batch_size):
+        ids = batch_to_ids([[w] for w in words[start : start + batch_size]], width)[:, 0]  # (b, W)
+        rows.append(bilm.char_encoder(ids))
+    return torch.cat(rows) if rows else torch.zeros(0, bilm.config.lstm.projection_dim)
+
+
+def dump_token_embeddings(bilm: BiLM, vocab_file: str | Path, out_file: str | Path) -> int:
+    """bilm-tf's token-embedding cache: one dataset ``embedding`` (V, P) in vocabulary order."""
+    words = Vocabulary.load(vocab_file).words
+    with atomic_path(out_file) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("embedding", data=token_embeddings(bilm, words).float().numpy())
+    return len(words)

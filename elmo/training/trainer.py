@@ -1,0 +1,213 @@
+"""Pretraining the biLM: one explicit loop (setup, train, checkpoint, resume), single process or DDP under torchrun.
+
+Per batch: the forward rows and the backward rows (independent streams) each run through their LSTM stack from the
+states their rows ended in; one sampled softmax, shared by both directions and by all positions, scores the
+targets; loss = (forward + backward) / 2; the gradient of loss x unroll_steps is clipped to a global norm and
+applied by Adagrad (TRAINING.md). Every random draw comes from saved generators, so a resumed run continues
+exactly where the checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
+from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
+from elmo.data.vocab import Vocabulary
+from elmo.io.checkpoint import load_checkpoint, save_checkpoint
+from elmo.io.native import load_state_strict
+from elmo.training.config import TrainConfig
+from elmo.training.lm import LanguageModel
+from elmo.training.softmax import LogUniformSampler
+
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Distributed":
+        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                   int(os.environ.get("LOCAL_RANK", 0)))
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+class Trainer:
+    """Owns the model, optimiser, data streams and carried states of one training run."""
+
+    def __init__(self, config: TrainConfig, files: Sequence[str | Path], out_dir: str | Path,
+                 vocab: Vocabulary | None = None, tokenizer: Callable[[str], list[str]] = str.split,
+                 resume: str | Path | None = None, init_from: str | Path | None = None,
+                 device: str | None = None, progress: bool = True) -> None:
+        self.env = Distributed.from_env()
+        self.device = torch.device(device or (f"cuda:{self.env.local_rank}" if torch.cuda.is_available() else "cpu"))
+        if self.env.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        self.out_dir, self.progress = Path(out_dir), progress and self.env.main
+        checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
+        if resume:
+            config = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path)).replace(
+                max_steps=config.max_steps, max_minutes=config.max_minutes)
+        if checkpoint is not None:
+            vocab = checkpoint.vocab  # continuing (or adapting to new text) keeps the vocabulary
+            config = config.replace(model=checkpoint.bilm.config)
+        if vocab is None:
+            raise ValueError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
+        self.config, self.vocab = config, vocab
+        torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank; the sampler does not
+
+        self.model = LanguageModel.from_config(config.model, len(vocab), dropout=config.dropout)
+        if checkpoint is not None:
+            self.model.bilm.load_state_dict(checkpoint.bilm.state_dict())
+            load_state_strict(self.model.softmax, checkpoint.softmax, str(checkpoint.path / "softmax.safetensors"))
+        self.model.to(self.device).train()
+        self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model, device_ids=None)
+                    if self.env.world > 1 else None)
+        self.optimizer = self._make_optimizer()
+        self.sampler = LogUniformSampler(len(vocab), seed=config.seed)
+
+        rows = config.batch_size * self.env.world  # the global batch
+        mine = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)
+        files = expand_files(files)
+        self.batchers = [
+            LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
+                                     chunk_size=config.chunk_size), vocab, rows, config.unroll_steps, mine,
+                      reverse=bool(direction), width=config.model.char_cnn.max_characters_per_token)
+            for direction in (0, 1)
+        ]
+        self.states = self.model.zero_states(config.batch_size, self.device)
+        self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
+        if resume:
+            self._restore(checkpoint)
+
+    # ---- setup ------------------------------------------------------------------------------------------------
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.config.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.config.learning_rate)
+        return torch.optim.Adagrad(params, lr=self.config.learning_rate,
+                                   initial_accumulator_value=self.config.initial_accumulator)
+
+    def _restore(self, checkpoint) -> None:
+        trainer = checkpoint.trainer
+        if trainer.get("world", 1) != self.env.world:
+            raise ValueError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
+                             f"the same number (got {self.env.world})")
+        if checkpoint.optimizer is not None:
+            self.optimizer.load_state_dict(checkpoint.optimizer)
+        rank = self.env.rank
+        for direction, batcher in enumerate(self.batchers):
+            batcher.load_state_dict(trainer["data"][rank][direction])
+        t = checkpoint.tensors
+        self.states = [[(t[f"r{rank}.d{d}.l{l}.h"].to(self.device), t[f"r{rank}.d{d}.l{l}.c"].to(self.device))
+                        for l in range(self.config.model.lstm.n_layers)] for d in range(2)]
+        torch.set_rng_state(t[f"r{rank}.torch_rng"])
+        self.sampler.set_state(t["sampler_rng"])
+        self.step, self.tokens_seen, self.elapsed = trainer["step"], trainer["tokens_seen"], trainer["elapsed"]
+
+    # ---- one step ---------------------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        """One batch: returns the loss (mean of both directions) and each direction's sampled loss."""
+        batches = [b.next_batch() for b in self.batchers]
+        if any(b is None for b in batches):
+            raise RuntimeError("the training stream ended")  # streams loop, so this means no text at all
+        module = self.ddp or self.model
+        n_neg = min(self.config.n_negative_samples, len(self.vocab))
+        sample = self.sampler.sample(n_neg) if n_neg < len(self.vocab) else None
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else _nullcontext()
+        with autocast:
+            losses, self.states = module(*self._inputs(batches), self.states, sample, self.sampler)
+        loss = 0.5 * (losses[0] + losses[1])
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss * self.config.unroll_steps).backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        self.optimizer.step()
+        self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in self.states]
+        self.step += 1
+        self.tokens_seen += sum(b.tokens for b in batches) // 2 * self.env.world
+        return {"loss": float(loss.detach()), "forward": float(losses[0].detach()), "backward": float(losses[1].detach()),
+                "grad_norm": float(norm)}
+
+    def _inputs(self, batches: list[LMBatch]) -> tuple:
+        return tuple((b.char_ids.to(self.device), b.targets.to(self.device)) for b in batches)
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+    def train(self) -> list[dict[str, float]]:
+        """Train until max_steps or max_minutes; checkpoint every checkpoint_every steps and at the end."""
+        cfg = self.config
+        history: list[dict[str, float]] = []
+        start, start_step = time.monotonic(), self.step
+        elapsed_before = self.elapsed
+        log = (self.out_dir / "metrics.jsonl") if self.env.main else None
+        if log:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        bar = tqdm(total=cfg.max_steps, initial=self.step, unit="batch", disable=not self.progress, desc="train")
+        window_tokens, window_start = 0, time.monotonic()
+        while cfg.max_steps is None or self.step < cfg.max_steps:
+            if cfg.max_minutes is not None and (time.monotonic() - start) / 60 >= cfg.max_minutes:
+                break
+            metrics = self.train_step()
+            history.append(metrics)
+            window_tokens += cfg.batch_size * cfg.unroll_steps * self.env.world
+            self.elapsed = elapsed_before + time.monotonic() - start
+            if self.step % cfg.log_every == 0 or self.step == start_step + 1:
+                rate = window_tokens / max(time.monotonic() - window_start, 1e-9)
+                window_tokens, window_start = 0, time.monotonic()
+                record = {"step": self.step, **metrics, "sampled_perplexity": math.exp(min(metrics["loss"], 50)),
+                          "tokens_per_s": rate, "tokens_seen": self.tokens_seen, "elapsed_s": self.elapsed}
+                if log:
+                    with open(log, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(record) + "\n")
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", ppl=f"{record['sampled_perplexity']:.0f}",
+                                tok_s=f"{rate:.0f}")
+            bar.update(1)
+            if self.step % cfg.checkpoint_every == 0:
+                self.save()
+        bar.close()
+        if self.step > start_step and self.step % cfg.checkpoint_every != 0:
+            self.save()
+        return history
+
+    def save(self) -> Path | None:
+        """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
+        rank_state = {
+            "data": [b.state_dict() for b in self.batchers],
+            "tensors": {f"d{d}.l{l}.{name}": t.detach().cpu()
+                        for d, direction in enumerate(self.states) for l, state in enumerate(direction)
+                        for name, t in zip("hc", state)} | {"torch_rng": torch.get_rng_state()},
+        }
+        gathered = [rank_state]
+        if self.env.world > 1:
+            gathered = [None] * self.env.world
+            dist.all_gather_object(gathered, rank_state)
+        if not self.env.main:
+            return None
+        tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
+        tensors["sampler_rng"] = self.sampler.state()
+        trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
+                   "data": [s["data"] for s in gathered]}
+        return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
+                               self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
+                               keep=self.config.keep_checkpoints)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
