@@ -65,3 +65,44 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured figures")
         for line in _FIGURES:
             terminalreporter.write_line(line)
+
+
+# ---- real text slices for training tests -----------------------------------------------------------------------
+DATA = ROOT.parent / "shared" / "data"
+
+
+def write_text_slice(path: Path, start: int, count: int) -> Path:
+    """Lines start .. start+count of nlp-corpus, tokenised with the English tokenizer, one sentence per line."""
+    import gzip
+    from itertools import islice
+
+    from elmo.text.tokenize import english_tokenize
+
+    with gzip.open(DATA / "en" / "nlp-corpus" / "sentences.txt.gz", "rt", encoding="utf-8") as f:
+        lines = [" ".join(english_tokenize(line)) for line in islice(f, start, start + count)]
+    path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def text_slices(tmp_path_factory):
+    """A training slice, a held-out slice, and a vocabulary built on the training slice."""
+    from elmo.data.vocab import Vocabulary
+
+    root = tmp_path_factory.mktemp("text")
+    train = write_text_slice(root / "train.txt", 0, 6000)
+    dev = write_text_slice(root / "dev.txt", 90_000, 300)
+    vocab = Vocabulary.build((line.split() for line in train.open(encoding="utf-8")), min_count=2)
+    vocab.save(root / "vocab.txt")
+    return train, dev, root / "vocab.txt"
+
+
+def micro_train_config(**changes):
+    """A very small model for loop-mechanics tests (seconds)."""
+    from elmo.training.config import TrainConfig
+
+    model = ElmoConfig(CharCNNConfig(embedding_dim=8, filters=((1, 8), (2, 8), (3, 16)), n_highway=1),
+                       LSTMConfig(dim=32, projection_dim=16))
+    base = TrainConfig(model=model, batch_size=4, unroll_steps=6, n_negative_samples=64, checkpoint_every=1000,
+                       log_every=1, chunk_size=200)
+    return base.replace(**changes)

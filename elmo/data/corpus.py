@@ -151,7 +151,8 @@ class SentenceSource:
 
 def _decode_errors_named(handle, path: Path, source: SentenceSource) -> Iterator[str]:
     try:
-        yield from handle
+        for line in handle:  # not `yield from`: closing this generator must not close the shared handle
+            yield line
     except UnicodeDecodeError as err:
         raise CorpusError(f"{path}, line {source.line + 1}: not valid UTF-8 ({err.reason}); "
                           f"fix or drop the line") from None
@@ -181,14 +182,15 @@ class LMBatcher:
         self.exhausted = False
 
     def state_dict(self) -> dict:
-        return {"source": self.source.state_dict(), "queues": self.queues, "current": self.current,
-                "counter": self.counter, "exhausted": self.exhausted}
+        return {"source": self.source.state_dict(), "queues": [[list(s) for s in q] for q in self.queues],
+                "current": [list(c) for c in self.current], "counter": self.counter, "exhausted": self.exhausted}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["queues"]) != len(self.queues):
             raise ValueError(f"batcher state holds {len(state['queues'])} rows, this batcher has {len(self.queues)}")
         self.source.load_state_dict(state["source"])
-        self.queues, self.current = state["queues"], state["current"]
+        self.queues = [[list(s) for s in q] for q in state["queues"]]
+        self.current = [list(c) for c in state["current"]]
         self.counter, self.exhausted = state["counter"], state["exhausted"]
 
     def _deal(self) -> bool:

@@ -1,0 +1,81 @@
+"""The LM batcher: streams, targets, reversal, row dealing across ranks, resumable position."""
+
+import gzip
+
+from elmo.data.chars import word_to_char_ids
+from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
+from elmo.data.vocab import Vocabulary
+
+SENTENCES = ["a b c", "d e", "f g h i", "j", "k l m"]
+
+
+def _setup(tmp_path, rows=1, steps=4, reverse=False, subset=None, shuffle=False, lines=SENTENCES):
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vocab = Vocabulary.build([s.split() for s in lines])
+    source = SentenceSource([tmp_path / "t.txt"], shuffle=shuffle, chunk_size=2)
+    return LMBatcher(source, vocab, rows, steps, subset, reverse=reverse), vocab
+
+
+def _words(batch, vocab):
+    inputs = [[next(w for w in vocab.words + ["a", "b"] if word_to_char_ids(w) == tuple(ids.tolist()))
+               for ids in row] for row in batch.char_ids]
+    targets = [[vocab.words[t] for t in row] for row in batch.targets.tolist()]
+    return inputs, targets
+
+
+def test_one_row_stream_targets_are_the_next_token(tmp_path):
+    batcher, vocab = _setup(tmp_path)
+    first, second = batcher.next_batch(), batcher.next_batch()
+    assert _words(first, vocab) == ([["<S>", "a", "b", "c"]], [["a", "b", "c", "</S>"]])
+    # </S> is never an input: the next sentence starts with <S>
+    assert _words(second, vocab) == ([["<S>", "d", "e", "<S>"]], [["d", "e", "</S>", "f"]])
+    assert first.tokens == 4
+
+
+def test_backward_stream_reads_sentences_reversed(tmp_path):
+    batcher, vocab = _setup(tmp_path, reverse=True)
+    assert _words(batcher.next_batch(), vocab) == ([["</S>", "c", "b", "a"]], [["c", "b", "a", "<S>"]])
+
+
+def test_rows_of_a_rank_equal_the_same_rows_of_the_global_batch(tmp_path):
+    lines = [f"w{i} x{i} y{i}" for i in range(40)]
+    full, _ = _setup(tmp_path, rows=4, steps=5, lines=lines, shuffle=True)
+    halves = [_setup(tmp_path, rows=4, steps=5, subset=s, lines=lines, shuffle=True)[0] for s in ((0, 2), (2, 4))]
+    for _ in range(6):
+        whole = full.next_batch()
+        parts = [h.next_batch() for h in halves]
+        assert (whole.char_ids[:2] == parts[0].char_ids).all() and (whole.char_ids[2:] == parts[1].char_ids).all()
+        assert (whole.targets[2:] == parts[1].targets).all()
+
+
+def test_state_dict_resumes_the_same_stream(tmp_path):
+    lines = [f"w{i} x{i}" for i in range(30)]
+    a, _ = _setup(tmp_path, rows=3, steps=4, lines=lines, shuffle=True)
+    for _ in range(3):
+        a.next_batch()
+    state = a.state_dict()
+    expected = [a.next_batch() for _ in range(8)]
+    b, _ = _setup(tmp_path, rows=3, steps=4, lines=lines, shuffle=True)
+    b.load_state_dict(state)
+    for want in expected:
+        got = b.next_batch()
+        assert (got.char_ids == want.char_ids).all() and (got.targets == want.targets).all()
+
+
+def test_one_pass_source_ends_and_pads(tmp_path):
+    (tmp_path / "t.txt").write_text("a b\n\nc\n", encoding="utf-8")
+    vocab = Vocabulary.build([["a", "b", "c"]])
+    batcher = LMBatcher(SentenceSource([tmp_path / "t.txt"], shuffle=False, loop=False), vocab, 2, 4)
+    batch = batcher.next_batch()
+    assert batch.tokens == 3 + 2  # each sentence: n + 1 predictions; the blank line is skipped
+    assert batch.targets[0].tolist()[3] == -1 and batch.char_ids[0, 3].eq(0).all()
+    assert batcher.next_batch() is None
+
+
+def test_gzip_and_globs(tmp_path):
+    with gzip.open(tmp_path / "a.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("x y\n")
+    (tmp_path / "b.txt").write_text("z\n", encoding="utf-8")
+    files = expand_files([str(tmp_path / "*.txt*")])
+    source = SentenceSource(files, shuffle=False, loop=False)
+    assert source.next_chunk() == [["x", "y"], ["z"]]

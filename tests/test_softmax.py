@@ -1,0 +1,62 @@
+"""Sampled softmax: the log-uniform sampler, expected counts, accidental hits, and the loss itself."""
+
+import math
+
+import torch
+
+from elmo.training.softmax import LMSoftmax, LogUniformSampler
+
+
+def test_log_uniform_probabilities_sum_to_one_and_favour_low_ids():
+    sampler = LogUniformSampler(1000)
+    p = sampler.probability(torch.arange(1000))
+    assert abs(float(p.sum()) - 1.0) < 1e-9 and bool((p[:-1] > p[1:]).all())
+
+
+def test_sample_is_unique_and_tries_count_the_draws():
+    sampler = LogUniformSampler(500, seed=1)
+    candidates, tries = sampler.sample(100)
+    assert len(candidates) == 100 and len(set(candidates.tolist())) == 100 and tries >= 100
+    # the empirical frequency of id 0 across samples matches its expected count
+    hits, runs = 0, 300
+    for _ in range(runs):
+        c, t = sampler.sample(20)
+        hits += int((c == 0).any())
+    c, t = sampler.sample(20)
+    expected = math.exp(float(sampler.log_expected_count(torch.tensor([0]), t)))
+    assert abs(hits / runs - expected) < 0.1
+
+
+def test_sampler_is_reproducible_from_its_state():
+    a = LogUniformSampler(300, seed=5)
+    a.sample(50)
+    state = a.state()
+    first = a.sample(50)
+    b = LogUniformSampler(300, seed=99)
+    b.set_state(state)
+    second = b.sample(50)
+    assert torch.equal(first[0], second[0]) and first[1] == second[1]
+
+
+def test_sampled_loss_formula_with_accidental_hits_removed():
+    torch.manual_seed(0)
+    softmax = LMSoftmax(10, 4)
+    hidden, targets = torch.randn(3, 4), torch.tensor([1, 5, 7])
+    candidates = torch.tensor([0, 5, 9])  # 5 is an accidental hit for row 1
+    lq_t, lq_c = torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-0.5, -2.0, -4.0])
+    loss = softmax.sampled_loss(hidden, targets, candidates, lq_t, lq_c)
+    logits = hidden @ softmax.weight.t() + softmax.bias
+    manual = []
+    for row in range(3):
+        true = logits[row, targets[row]] - lq_t[row]
+        others = [logits[row, c] - lq_c[j] for j, c in enumerate(candidates.tolist()) if c != targets[row]]
+        manual.append(torch.logsumexp(torch.stack([true, *others]), 0) - true)
+    assert torch.allclose(loss, torch.stack(manual).mean(), atol=1e-6)
+
+
+def test_full_loss_ignores_minus_one_targets():
+    softmax = LMSoftmax(6, 3)
+    hidden = torch.randn(4, 3)
+    full = softmax.full_loss(hidden, torch.tensor([1, -1, 2, -1]))
+    part = softmax.full_loss(hidden[[0, 2]], torch.tensor([1, 2]))
+    assert torch.allclose(full, part)

@@ -1,0 +1,125 @@
+"""Training on real text: it learns, resumes exactly, exports, and its scores agree with its perplexity."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from elmo.data.vocab import Vocabulary
+from elmo.io.checkpoint import load_language_model
+from elmo.training.config import TrainConfig
+from elmo.training.evaluate import perplexity, score
+from elmo.training.lm import LanguageModel
+from elmo.training.trainer import Trainer
+from tests.conftest import micro_train_config
+
+
+def _ppl(trainer, dev):
+    model = trainer.model
+    result = perplexity(model, trainer.vocab, [dev], batch_size=16)
+    model.train()
+    return result
+
+
+def test_tiny_preset_halves_held_out_perplexity(text_slices, tmp_path, report):
+    train, dev, vocab_file = text_slices
+    config = TrainConfig.load("tiny").replace(max_steps=200, batch_size=16, checkpoint_every=10_000)
+    trainer = Trainer(config, [train], tmp_path / "run", vocab=Vocabulary.load(vocab_file), progress=False)
+    before = _ppl(trainer, dev)
+    trainer.train()
+    after = _ppl(trainer, dev)
+    report("tiny, 200 batches x 16 rows: held-out perplexity before", before.mean)
+    report("tiny, 200 batches x 16 rows: held-out perplexity after", after.mean)
+    assert after.mean <= 0.5 * before.mean
+    log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == 200 and log[-1]["tokens_per_s"] > 0
+
+
+def test_resume_continues_exactly(text_slices, tmp_path, report):
+    train, _, vocab_file = text_slices
+    vocab = Vocabulary.load(vocab_file)
+    config = micro_train_config(max_steps=12)
+    straight = [m["loss"] for m in Trainer(config, [train], tmp_path / "a", vocab=vocab, progress=False).train()]
+    first = Trainer(config.replace(max_steps=7), [train], tmp_path / "b", vocab=vocab, progress=False)
+    part1 = [m["loss"] for m in first.train()]
+    resumed = Trainer(config, [train], tmp_path / "b2", resume=tmp_path / "b", progress=False)
+    assert resumed.step == 7
+    part2 = [m["loss"] for m in resumed.train()]
+    worst = max(abs(a - b) for a, b in zip(straight, part1 + part2))
+    report("12 steps straight vs 7 + resume + 5: max loss diff", worst)
+    assert len(part1 + part2) == 12 and worst <= 1e-6
+
+
+def test_checkpoints_keep_the_last_k(text_slices, tmp_path):
+    train, _, vocab_file = text_slices
+    config = micro_train_config(max_steps=5, checkpoint_every=1, keep_checkpoints=2)
+    Trainer(config, [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file), progress=False).train()
+    assert sorted(p.name for p in (tmp_path / "r").glob("step-*")) == ["step-00000004", "step-00000005"]
+    assert not list((tmp_path / "r").glob(".*"))
+
+
+def test_init_from_keeps_the_vocabulary_on_new_text(text_slices, tmp_path):
+    train, dev, vocab_file = text_slices
+    config = micro_train_config(max_steps=3)
+    Trainer(config, [train], tmp_path / "base", vocab=Vocabulary.load(vocab_file), progress=False).train()
+    adapted = Trainer(config, [dev], tmp_path / "adapt", init_from=tmp_path / "base", progress=False)
+    assert adapted.vocab.words == Vocabulary.load(vocab_file).words and adapted.step == 0
+    base_weight = load_language_model(tmp_path / "base")[0].forward_stack.layers[0].weight_ih
+    assert torch.equal(adapted.model.bilm.forward_stack.layers[0].weight_ih.cpu(), base_weight)
+
+
+def test_full_softmax_when_negatives_cover_the_vocabulary(text_slices, tmp_path):
+    train, _, vocab_file = text_slices
+    config = micro_train_config(max_steps=2, n_negative_samples=10**6)
+    history = Trainer(config, [train], tmp_path / "f", vocab=Vocabulary.load(vocab_file), progress=False).train()
+    assert all(math.isfinite(m["loss"]) for m in history)
+
+
+def test_export_load_embed_round_trip_and_score_matches_perplexity(text_slices, tmp_path):
+    from elmo.embed import Embedder
+    from elmo.io.official import load_official
+    from elmo.training.export import dump_token_embeddings, export_checkpoint, token_embeddings
+
+    train, _, vocab_file = text_slices
+    Trainer(micro_train_config(max_steps=3), [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file),
+            progress=False).train()
+    out = export_checkpoint(tmp_path / "r", tmp_path / "exp")
+    options = json.loads((out / "options.json").read_text())
+    assert options["char_cnn"]["n_characters"] == 262
+    ours = Embedder.from_pretrained(model=out)
+    official = Embedder(load_official(out / "options.json", out / "weights.hdf5"))
+    sentence = "the film was not good ."
+    assert np.array_equal(ours.embed(sentence), official.embed(sentence))
+
+    bilm, softmax, vocab = load_language_model(out)
+    tokens = sentence.split()
+    forward, backward = score(bilm, softmax, vocab, [tokens])[0]
+    (tmp_path / "one.txt").write_text(sentence + "\n", encoding="utf-8")
+    ppl = perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / "one.txt"], batch_size=1, unroll_steps=50)
+    n = len(tokens) + 1
+    assert ppl.tokens == n
+    assert math.isclose(-forward / n, math.log(ppl.forward), rel_tol=1e-5)
+    assert math.isclose(-backward / n, math.log(ppl.backward), rel_tol=1e-5)
+
+    dump_token_embeddings(bilm, vocab_file, tmp_path / "tok.hdf5")
+    import h5py
+    with h5py.File(tmp_path / "tok.hdf5") as f:
+        cache = f["embedding"][()]
+    assert cache.shape == (len(vocab), 16)
+    assert np.allclose(cache[5], token_embeddings(bilm, [vocab.words[5]])[0].numpy(), atol=1e-6)
+
+
+def test_substitutes_and_bad_position(text_slices, tmp_path):
+    from elmo.training.evaluate import substitutes
+
+    train, _, vocab_file = text_slices
+    Trainer(micro_train_config(max_steps=2), [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file),
+            progress=False).train()
+    bilm, softmax, vocab = load_language_model(tmp_path / "r")
+    result = substitutes(bilm, softmax, vocab, "the cat sat".split(), 1, k=4)
+    assert set(result) == {"forward", "backward", "both"} and all(len(v) == 4 for v in result.values())
+    assert all(w not in ("<S>", "</S>", "<UNK>") for v in result.values() for w, _ in v)
+    with pytest.raises(ValueError, match="outside the sentence"):
+        substitutes(bilm, softmax, vocab, ["a"], 3)

@@ -1,0 +1,42 @@
+import gzip
+
+import pytest
+
+from elmo.data.vocab import Vocabulary, VocabError
+from elmo.text.tokenize import english_tokenize, get_tokenizer
+
+
+def test_build_orders_by_frequency_after_the_specials():
+    vocab = Vocabulary.build([["b", "a", "b"], ["c", "b", "a", "<S>"]])
+    assert vocab.words == ["<S>", "</S>", "<UNK>", "b", "a", "c"]
+    assert vocab.ids(["a", "zzz"]) == [4, vocab.unk]
+
+
+def test_min_count_and_max_size():
+    sentences = [["a"] * 5 + ["b"] * 3 + ["c"]]
+    assert Vocabulary.build(sentences, min_count=2).words[3:] == ["a", "b"]
+    assert Vocabulary.build(sentences, max_size=4).words == ["<S>", "</S>", "<UNK>", "a"]
+
+
+def test_round_trip_and_duplicates_are_an_error(tmp_path):
+    vocab = Vocabulary.build([["x", "y", "x"]])
+    vocab.save(tmp_path / "v.txt")
+    assert Vocabulary.load(tmp_path / "v.txt").words == vocab.words
+    (tmp_path / "d.txt").write_text("<S>\n</S>\n<UNK>\nthe\na\nthe\n", encoding="utf-8")
+    with pytest.raises(VocabError, match="line 6: 'the' repeats line 4"):
+        Vocabulary.load(tmp_path / "d.txt")
+    (tmp_path / "n.txt").write_text("the\na\n", encoding="utf-8")
+    with pytest.raises(VocabError, match="lacks <S>"):
+        Vocabulary.load(tmp_path / "n.txt")
+
+
+def test_english_tokenizer_ptb_style():
+    assert english_tokenize("Don't stop.") == ["Do", "n't", "stop", "."]
+    assert english_tokenize("It's 3.14, the U.S. said<br />yes!") == ["It", "'s", "3.14", ",", "the", "U.S.", "said",
+                                                                         "yes", "!"]
+
+
+def test_korean_default_is_eojeol():
+    assert get_tokenizer("ko")("그녀는 돈을 인출하기 위해 은행에 갔다") == ["그녀는", "돈을", "인출하기", "위해", "은행에", "갔다"]
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        get_tokenizer("fr")
