@@ -117,7 +117,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 def _relaunch_with_torchrun(nproc: int) -> None:
     import subprocess
 
-    argv = [a for a in sys.argv[1:]]
+    argv, skip = [], False  # drop --nproc: torchrun would read it as its own (abbreviated) option
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            argv.append(arg)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "elmo", *argv]
     raise SystemExit(subprocess.call(command))
@@ -279,7 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("always")
             warnings.showwarning = lambda msg, *a, **k: print(f"warning: {msg}", file=sys.stderr)
             args.func(args)
     except (ConfigError, ValueError, FileNotFoundError, OSError) as err:

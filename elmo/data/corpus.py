@@ -143,8 +143,14 @@ class SentenceSource:
             self._handle_pos = (self.file_index, self.line)
         return _decode_errors_named(self._handle, self.files[self.file_index], self)
 
+    def close(self) -> None:
+        self._close()
+
+    def __del__(self) -> None:
+        self._close()
+
     def _close(self) -> None:
-        if self._handle is not None:
+        if getattr(self, "_handle", None) is not None:
             self._handle.close()
         self._handle, self._handle_pos = None, None
 

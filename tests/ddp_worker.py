@@ -1,0 +1,27 @@
+"""Run by the DDP test under torchrun: trains a few steps and writes this rank's weights and losses."""
+
+import json
+import sys
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from elmo.data.vocab import Vocabulary  # noqa: E402
+from elmo.training.trainer import Trainer  # noqa: E402
+from tests.conftest import micro_train_config  # noqa: E402
+
+
+def main() -> None:
+    train, vocab, out, rows, steps = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    config = micro_train_config(batch_size=rows, max_steps=steps, dropout=0.0)
+    trainer = Trainer(config, [train], out / "run", vocab=Vocabulary.load(vocab), progress=False)
+    losses = [m["loss"] for m in trainer.train()]
+    rank = trainer.env.rank
+    save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(out / f"rank{rank}.safetensors"))
+    (out / f"rank{rank}.json").write_text(json.dumps(losses))
+
+
+if __name__ == "__main__":
+    main()

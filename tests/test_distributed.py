@@ -1,0 +1,37 @@
+"""DistributedDataParallel on 2 CPU processes (gloo): identical weights on both ranks, and the same losses as one
+process holding the same global batch (dropout off; the sampler draws the same negatives on every rank)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+
+
+def test_two_processes_match_one(text_slices, tmp_path, report):
+    train, _, vocab = text_slices
+    steps = 4
+    two, one = tmp_path / "two", tmp_path / "one"
+    two.mkdir(), one.mkdir()
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                    str(WORKER), str(train), str(vocab), str(two), "3", str(steps)], check=True, timeout=300,
+                   capture_output=True)
+    subprocess.run([sys.executable, str(WORKER), str(train), str(vocab), str(one), "6", str(steps)], check=True,
+                   timeout=300, capture_output=True)
+    rank0, rank1 = load_file(str(two / "rank0.safetensors")), load_file(str(two / "rank1.safetensors"))
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    single = load_file(str(one / "rank0.safetensors"))
+    weight_diff = max(float((rank0[k] - single[k]).abs().max()) for k in rank0)
+    losses = [json.loads((two / f"rank{r}.json").read_text()) for r in range(2)]
+    mean = [(a + b) / 2 for a, b in zip(*losses)]
+    alone = json.loads((one / "rank0.json").read_text())
+    loss_diff = max(abs(a - b) for a, b in zip(mean, alone))
+    report("DDP 2x3 rows vs 1x6 rows: max loss diff", loss_diff)
+    report("DDP 2x3 rows vs 1x6 rows: max weight diff", weight_diff)
+    assert loss_diff <= 1e-4 and weight_diff <= 1e-4
+    assert (two / "run" / "step-00000004" / "trainer.json").is_file()
+    assert len(json.loads((two / "run" / "step-00000004" / "trainer.json").read_text())["data"]) == 2
