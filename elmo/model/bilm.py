@@ -97,7 +97,7 @@ class BiLM(nn.Module):
     def embed_tokens(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The token layer at every real slot, zeros elsewhere: ids (B, T, W), mask (B, T) -> (B, T, P)."""
         tokens = ids.new_zeros(*ids.shape[:2], self.char_encoder.output_dim, dtype=self._dtype())  # (B, T, P)
-        tokens[mask] = self.char_encoder(ids[mask])  # only real tokens go through the CNN
+        tokens[mask] = self.char_encoder.encode(ids[mask])  # only real tokens, each distinct one once
         return tokens
 
     def _initial_state(self, batch: int, like: torch.Tensor) -> BiState:

@@ -63,17 +63,33 @@ class ProjectedLSTMLayer(nn.Module):
         """
         h, c = state
         projected = torch.nn.functional.linear(x, self.weight_ih, self.bias)  # (B, T, 4C), all steps at once
-        outputs = x.new_zeros(x.shape[0], x.shape[1], self.proj_size)  # (B, T, P)
+        # one view per step: indexing projected[:, t] would make autograd build a full (B, T, 4C) gradient per step
+        per_step = projected.unbind(1)  # T x (B, 4C)
         w_hh_t = self.weight_hh.t()  # (P, 4C)
+        steps = []
         for t, n in enumerate(batch_sizes):
-            z = torch.addmm(projected[:n, t], h[:n], w_hh_t)  # (n, 4C)
+            z = torch.addmm(per_step[t][:n], h[:n], w_hh_t)  # (n, 4C)
             r, c_new = self.step(z, c[:n])
-            outputs[:n, t] = r
+            steps.append(r)
             if n == h.shape[0]:
                 h, c = r, c_new
             else:  # rows n.. have finished: their state is final, keep it
                 h, c = torch.cat([r, h[n:]]), torch.cat([c_new, c[n:]])
-        return outputs, (h, c)
+        return _pad_steps(steps, x.shape[0], x.shape[1]), (h, c)
+
+
+def _pad_steps(steps: list[torch.Tensor], batch: int, length: int) -> torch.Tensor:
+    """Per-step outputs (n_t, P), n_t non-increasing -> (B, T, P), zeros where a row had ended.
+
+    Stacking is one copy (and autograd-friendly); writing step by step into a buffer would make autograd copy
+    the whole buffer once per step in the backward pass.
+    """
+    if steps and all(s.shape[0] == batch for s in steps) and len(steps) == length:
+        return torch.stack(steps, dim=1)
+    out = steps[0].new_zeros(batch, length, steps[0].shape[-1]) if steps else None
+    for t, r in enumerate(steps):
+        out[: r.shape[0], t] = r
+    return out
 
 
 def reference_layer_forward(layer: ProjectedLSTMLayer, x: torch.Tensor, lengths: torch.Tensor,

@@ -38,40 +38,58 @@ class LanguageModel(nn.Module):
 
         forward / backward: (char ids (B, T, W), targets (B, T)) of the two streams; states [direction][layer].
         ``sample`` = (candidates, draws) from ``sampler`` for the sampled softmax, or None for the full softmax.
+        Both directions share one character-encoder call and one softmax call.
         """
-        losses, new_states = [], []
-        for direction, (ids, targets) in enumerate((forward, backward)):
-            hidden, finals = self.hidden(ids, direction, states[direction])  # (B, T, P)
-            hidden, targets = hidden.reshape(-1, hidden.shape[-1]).float(), targets.reshape(-1)  # (N, P), (N,)
-            if sample is None:
-                loss = self.softmax.full_loss(hidden, targets) / targets.ge(0).sum().clamp(min=1)
-            else:
-                candidates, tries = sample
-                candidates = candidates.to(hidden.device)
-                loss = self.softmax.sampled_loss(
-                    hidden, targets, candidates,
-                    sampler.log_expected_count(targets.cpu(), tries).to(hidden.device),
-                    sampler.log_expected_count(candidates.cpu(), tries).to(hidden.device))
-            losses.append(loss)
+        (f_ids, f_targets), (b_ids, b_targets) = forward, backward
+        tokens = self.encode_tokens(torch.cat([f_ids, b_ids]))  # (2B, T, P)
+        batch = f_ids.shape[0]
+        hidden, new_states = [], []
+        for direction, x in enumerate((tokens[:batch], tokens[batch:])):
+            top, finals = self.run_stack(x, direction, states[direction])  # (B, T, P)
+            hidden.append(top.reshape(-1, top.shape[-1]))
             new_states.append(finals)
-        return losses, new_states
+        hidden_all = torch.cat(hidden).float()  # (2N, P)
+        targets = torch.cat([f_targets.reshape(-1), b_targets.reshape(-1)])  # (2N,)
+        if sample is None:
+            per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
+        else:
+            candidates, tries = sample
+            candidates = candidates.to(hidden_all.device)
+            per_position = self.softmax.sampled_loss(
+                hidden_all, targets, candidates,
+                sampler.log_expected_count(targets.cpu(), tries).to(hidden_all.device),
+                sampler.log_expected_count(candidates.cpu(), tries).to(hidden_all.device), reduction="none")
+        valid = targets.ge(0).float()
+        halves = per_position.mul(valid).view(2, -1).sum(1) / valid.view(2, -1).sum(1).clamp(min=1)
+        return [halves[0], halves[1]], new_states
 
     def stack(self, direction: int):
         return self.bilm.forward_stack if direction == 0 else self.bilm.backward_stack
 
-    def hidden(self, char_ids: torch.Tensor, direction: int, states: list[State]) -> tuple[torch.Tensor, list[State]]:
-        """Top-layer outputs of one direction over fully packed windows: (B, T, W) -> (B, T, P), final states."""
+    def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Token vectors of (B, T, W) ids -> (B, T, P); all-zero padding slots (one-pass evaluation) stay zero."""
         batch, steps, width = char_ids.shape
         flat = char_ids.reshape(batch * steps, width)  # (B*T, W)
-        real = flat.gt(0).any(-1)  # padding slots only where a one-pass evaluation ran out of text
+        real = flat.gt(0).any(-1)
+        if bool(real.all()):
+            return self.bilm.char_encoder.encode(flat).view(batch, steps, -1)
         tokens = flat.new_zeros(batch * steps, self.bilm.config.lstm.projection_dim, dtype=self.softmax.weight.dtype)
-        tokens[real] = self.bilm.char_encoder(flat[real])
-        x = tokens.view(batch, steps, -1)  # (B, T, P)
-        outputs, finals = self.stack(direction)(x, [batch] * steps, states)
+        tokens[real] = self.bilm.char_encoder.encode(flat[real])
+        return tokens.view(batch, steps, -1)
+
+    def run_stack(self, tokens: torch.Tensor, direction: int,
+                  states: list[State]) -> tuple[torch.Tensor, list[State]]:
+        """One direction's top-layer outputs over fully packed windows: (B, T, P) -> (B, T, P), final states."""
+        batch, steps = tokens.shape[:2]
+        outputs, finals = self.stack(direction)(tokens, [batch] * steps, states)
         top = outputs[-1]
         if self.training and self.dropout > 0:
             top = nn.functional.dropout(top, self.dropout, training=True)
         return top, finals
+
+    def hidden(self, char_ids: torch.Tensor, direction: int, states: list[State]) -> tuple[torch.Tensor, list[State]]:
+        """Top-layer outputs of one direction: (B, T, W) ids -> (B, T, P), final states."""
+        return self.run_stack(self.encode_tokens(char_ids), direction, states)
 
     def zero_states(self, batch: int, device: torch.device | str = "cpu") -> list[list[State]]:
         """[direction][layer] -> (h (B, P), c (B, C)) zeros."""

@@ -31,19 +31,27 @@ class LMSoftmax(nn.Module):
         """(N, P) -> (N, V) log-probabilities."""
         return torch.log_softmax(F.linear(hidden, self.weight, self.bias), dim=-1)
 
-    def full_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Summed negative log-likelihood over positions whose target is >= 0: (N, P), (N,) -> ()."""
+    def full_loss(self, hidden: torch.Tensor, targets: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        """Negative log-likelihood of positions whose target is >= 0: (N, P), (N,) -> () or (N,) (0 where < 0)."""
         logits = F.linear(hidden, self.weight, self.bias)  # (N, V)
-        return F.cross_entropy(logits, targets, ignore_index=-1, reduction="sum")
+        return F.cross_entropy(logits, targets, ignore_index=-1, reduction=reduction)
 
     def sampled_loss(self, hidden: torch.Tensor, targets: torch.Tensor, candidates: torch.Tensor,
-                     log_expected_targets: torch.Tensor, log_expected_candidates: torch.Tensor) -> torch.Tensor:
-        """Mean sampled-softmax loss: hidden (N, P), targets (N,), candidates (S,) with their log expected counts."""
+                     log_expected_targets: torch.Tensor, log_expected_candidates: torch.Tensor,
+                     reduction: str = "mean") -> torch.Tensor:
+        """Sampled-softmax loss: hidden (N, P), targets (N,), candidates (S,) with their log expected counts."""
         true_logit = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - log_expected_targets  # (N,)
-        sampled = hidden @ self.weight[candidates].t() + self.bias[candidates] - log_expected_candidates  # (N, S)
-        sampled = sampled.masked_fill(candidates.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))  # hits
+        sampled = torch.addmm(self.bias[candidates] - log_expected_candidates, hidden,
+                              self.weight[candidates].t())  # (N, S)
+        # accidental hits: where a candidate is the position's own target, drop it (O(N), not an (N, S) compare)
+        column = torch.full((self.vocab_size,), -1, dtype=torch.long, device=candidates.device)
+        column[candidates] = torch.arange(len(candidates), device=candidates.device)
+        hit = column[targets]  # (N,) the target's column among the candidates, or -1
+        rows = torch.nonzero(hit >= 0).squeeze(1)
+        sampled = sampled.index_put((rows, hit[rows]), torch.tensor(float("-inf"), device=sampled.device))
         logits = torch.cat([true_logit.unsqueeze(1), sampled], dim=1)  # (N, 1 + S): the true class is column 0
-        return (torch.logsumexp(logits, dim=1) - true_logit).mean()
+        # cross-entropy against column 0 = logsumexp - true logit, with a fused (much cheaper) backward
+        return F.cross_entropy(logits, targets.new_zeros(len(targets)), reduction=reduction)
 
 
 class LogUniformSampler:
