@@ -179,6 +179,22 @@ def cmd_dump_token_embeddings(args: argparse.Namespace) -> None:
     print(f"wrote {n} token vectors to {args.output}", file=sys.stderr)
 
 
+def cmd_baselines(args: argparse.Namespace) -> None:
+    from elmo.data.corpus import SentenceSource, expand_files
+    from elmo.data.vocab import Vocabulary
+    from elmo.text.tokenize import get_tokenizer
+    from elmo.training.baselines import baseline_perplexities
+
+    tokenizer = get_tokenizer(args.tokenize)
+    read = lambda files: list(_sentences(SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False)))
+    vocab = Vocabulary.load(args.vocab)
+    train = read(args.train)
+    for name in args.eval:
+        for result in baseline_perplexities(vocab, train, read([name])):
+            print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "
+                  f"mean {result.mean:9.2f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,6 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_perplexity)
+
+    p = sub.add_parser("baselines", help="unigram and Kneser-Ney trigram perplexities with a biLM's vocabulary")
+    p.add_argument("vocab")
+    p.add_argument("--train", nargs="+", required=True, help="the training text")
+    p.add_argument("--eval", nargs="+", required=True, help="held-out files, each scored separately")
+    p.add_argument("--tokenize", default=None)
+    p.set_defaults(func=cmd_baselines)
 
     p = sub.add_parser("score", help="log-probability of sentences under the forward and backward LMs")
     p.add_argument("model")

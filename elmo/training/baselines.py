@@ -1,0 +1,141 @@
+"""Count-based baselines for perplexity: an add-one unigram and an interpolated Kneser-Ney trigram.
+
+They use the biLM's vocabulary (out-of-vocabulary words are ``<UNK>``) and count what the biLM's perplexity counts:
+every word and the closing boundary of each sentence, n + 1 predictions (the backward model reads sentences
+reversed and predicts ``<S>`` last). Counting is vectorised with NumPy: an n-gram is one int64 key, so tens of
+millions of tokens fit in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from elmo.data.vocab import Vocabulary
+
+
+def sentence_ids(vocab: Vocabulary, sentences: Iterable[list[str]], reverse: bool = False,
+                 pad: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """All sentences as one id array ``<S> x pad, w1 .. wn, </S>`` each (reversed inside for the backward model),
+    and a mask of the positions that are predictions (the words and the final boundary)."""
+    start, end = (vocab.eos, vocab.bos) if reverse else (vocab.bos, vocab.eos)
+    chunks, masks = [], []
+    for tokens in sentences:
+        ids = vocab.ids(tokens[::-1] if reverse else tokens)
+        chunks.append(np.array([start] * pad + ids + [end], dtype=np.int64))
+        masks.append(np.array([False] * pad + [True] * (len(ids) + 1)))
+    if not chunks:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    return np.concatenate(chunks), np.concatenate(masks)
+
+
+@dataclass
+class UnigramLM:
+    """p(w) = (count(w) + 1) / (N + V): add-one smoothing over the vocabulary (``<UNK>`` and ``</S>`` included)."""
+
+    log_probs: np.ndarray  # (V,)
+
+    @classmethod
+    def fit(cls, ids: np.ndarray, mask: np.ndarray, vocab_size: int) -> "UnigramLM":
+        counts = np.bincount(ids[mask], minlength=vocab_size).astype(np.float64)
+        return cls(np.log((counts + 1.0) / (counts.sum() + vocab_size)))
+
+    def perplexity(self, ids: np.ndarray, mask: np.ndarray) -> float:
+        return math.exp(-float(self.log_probs[ids[mask]].mean()))
+
+
+class KneserNeyTrigram:
+    """Interpolated Kneser-Ney (Chen & Goodman) with one absolute discount per order, D = n1 / (n1 + 2 n2).
+
+    p3(w|u,v) = max(c(uvw) - D3, 0) / c(uv.) + D3 N1+(uv.) / c(uv.) * p2(w|v)          (p2 if c(uv.) = 0)
+    p2(w|v)   = max(N1+(.vw) - D2, 0) / N1+(.v.) + D2 N1+(v.) / N1+(.v.) * p1(w)       (continuation counts)
+    p1(w)     = max(N1+(.w) - D1, 0) / N1+(..) + D1 |{w: N1+(.w) > 0}| / N1+(..) / V
+    """
+
+    def __init__(self, ids: np.ndarray, mask: np.ndarray, vocab_size: int) -> None:
+        V = self.V = vocab_size
+        positions = np.nonzero(mask)[0]
+        keys = (ids[positions - 2] * V + ids[positions - 1]) * V + ids[positions]
+        self.tri, tri_counts = np.unique(keys, return_counts=True)  # sorted distinct (u, v, w), c(uvw)
+        self.tri_counts = tri_counts.astype(np.float64)
+        self.d3 = _discount(tri_counts)
+        contexts = self.tri // V  # (u, v) of each distinct trigram
+        self.ctx, first = np.unique(contexts, return_index=True)
+        self.ctx_total = np.add.reduceat(self.tri_counts, first)  # c(uv.)
+        self.ctx_types = np.diff(np.append(first, len(self.tri))).astype(np.float64)  # N1+(uv.)
+
+        self.bi, bi_cont = np.unique(self.tri % (V * V), return_counts=True)  # distinct (v, w), N1+(.vw)
+        self.bi_cont = bi_cont.astype(np.float64)
+        self.d2 = _discount(bi_cont)
+        self.mid, first = np.unique(self.bi // V, return_index=True)
+        self.mid_total = np.add.reduceat(self.bi_cont, first)  # N1+(.v.)
+        self.mid_types = np.diff(np.append(first, len(self.bi))).astype(np.float64)  # N1+(v.)
+
+        uni_cont = np.bincount(self.bi % V, minlength=V).astype(np.float64)  # N1+(.w)
+        self.d1 = _discount(uni_cont[uni_cont > 0].astype(np.int64))
+        total = uni_cont.sum()
+        self.p1 = np.maximum(uni_cont - self.d1, 0) / total + self.d1 * (uni_cont > 0).sum() / total / V
+
+    def log_probs(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        V = self.V
+        positions = np.nonzero(mask)[0]
+        u, v, w = ids[positions - 2], ids[positions - 1], ids[positions]
+        p = self.p1[w]
+        # bigram level
+        mid_i, mid_found = _lookup(self.mid, v)
+        bi_i, bi_found = _lookup(self.bi, v * V + w)
+        cont = np.where(bi_found, self.bi_cont[bi_i], 0.0)
+        total = np.where(mid_found, self.mid_total[mid_i], 1.0)
+        types = np.where(mid_found, self.mid_types[mid_i], 0.0)
+        p = np.where(mid_found, np.maximum(cont - self.d2, 0) / total + self.d2 * types / total * p, p)
+        # trigram level
+        ctx_i, ctx_found = _lookup(self.ctx, u * V + v)
+        tri_i, tri_found = _lookup(self.tri, (u * V + v) * V + w)
+        count = np.where(tri_found, self.tri_counts[tri_i], 0.0)
+        total = np.where(ctx_found, self.ctx_total[ctx_i], 1.0)
+        types = np.where(ctx_found, self.ctx_types[ctx_i], 0.0)
+        p = np.where(ctx_found, np.maximum(count - self.d3, 0) / total + self.d3 * types / total * p, p)
+        return np.log(p)
+
+    def perplexity(self, ids: np.ndarray, mask: np.ndarray) -> float:
+        return math.exp(-float(self.log_probs(ids, mask).mean()))
+
+
+def _discount(counts: np.ndarray) -> float:
+    n1, n2 = int((counts == 1).sum()), int((counts == 2).sum())
+    return n1 / (n1 + 2 * n2) if n1 + n2 else 0.5
+
+
+def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of each key in a sorted array and whether it is there."""
+    index = np.searchsorted(sorted_keys, keys)
+    index = np.minimum(index, max(len(sorted_keys) - 1, 0))
+    found = (sorted_keys[index] == keys) if len(sorted_keys) else np.zeros(len(keys), bool)
+    return index, found
+
+
+@dataclass
+class BaselineResult:
+    name: str
+    forward: float
+    backward: float
+
+    @property
+    def mean(self) -> float:
+        return math.sqrt(self.forward * self.backward)
+
+
+def baseline_perplexities(vocab: Vocabulary, train: Iterable[list[str]], evaluate: list[list[str]]) -> list[BaselineResult]:
+    """Unigram and KN-trigram perplexities of ``evaluate``, each direction trained on ``train``."""
+    train = list(train)
+    results = {"unigram": [], "kn-trigram": []}
+    for reverse in (False, True):
+        ids, mask = sentence_ids(vocab, train, reverse)
+        test_ids, test_mask = sentence_ids(vocab, evaluate, reverse)
+        results["unigram"].append(UnigramLM.fit(ids, mask, len(vocab)).perplexity(test_ids, test_mask))
+        results["kn-trigram"].append(KneserNeyTrigram(ids, mask, len(vocab)).perplexity(test_ids, test_mask))
+        del ids, mask
+    return [BaselineResult(name, *values) for name, values in results.items()]
