@@ -87,3 +87,21 @@ def test_padding_positions_are_zero_and_mask_matches(fixture_model):
         values, mask = remove_sentence_boundaries(layer, out.mask)
         assert mask.sum(1).tolist() == [3, 0, 1]
         assert values[~mask].abs().max() == 0
+
+
+def test_fast_forward_equals_the_reference_forward_in_both_modes(report):
+    from elmo.model.reference import reference_forward
+
+    worst = 0.0
+    for stateful in (False, True):
+        fast_model = random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful)
+        slow_model = random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful)
+        for seed, size in ((0, 5), (1, 3), (2, 6)):  # batches of changing size: stateful rows carried and kept
+            ids = batch_to_ids(_sentences(size, seed))
+            with torch.no_grad():
+                fast = fast_model(ids)
+            slow = reference_forward(slow_model, ids)
+            for a, b in zip(fast.layers, slow.layers):
+                worst = max(worst, float((a - b).abs().max()))
+    report("fast BiLM forward vs per-step reference (both modes): max abs diff", worst)
+    assert worst <= 1e-5

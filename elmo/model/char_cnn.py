@@ -53,9 +53,10 @@ class CharEncoder(nn.Module):
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # (U, W), (N,)
         return self(unique)[inverse]  # (N, P)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(N, W) ids of N real tokens -> (N, P) token vectors."""
-        char_ids = trim_character_axis(char_ids, self.config.max_filter_width)  # (N, W') with W' <= W
+    def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
+        """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""
+        if trim:
+            char_ids = trim_character_axis(char_ids, self.config.max_filter_width)  # (N, W') with W' <= W
         x = self.char_embedding(char_ids).transpose(1, 2)  # (N, E, W')
         # max over positions, then the activation: the two commute because the activation is monotone
         features = [conv(x).max(dim=-1).values for conv in self.convolutions]  # each (N, num_i); max, not amax:
