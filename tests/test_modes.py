@@ -105,3 +105,18 @@ def test_fast_forward_equals_the_reference_forward_in_both_modes(report):
                 worst = max(worst, float((a - b).abs().max()))
     report("fast BiLM forward vs per-step reference (both modes): max abs diff", worst)
     assert worst <= 1e-5
+
+
+def test_token_cache_is_exact_and_falls_back_to_characters(fixture_model):
+    batch = [["the", "bank", "unseen-word"], ["a", "river", "bank"]]
+    with torch.no_grad():
+        plain = fixture_model(batch_to_ids(batch))
+    fixture_model.cache_tokens(["the", "bank", "a", "river", "<S>", "</S>"])
+    try:
+        assert len(fixture_model.char_encoder.token_cache) == 6
+        with torch.inference_mode():
+            cached = fixture_model(batch_to_ids(batch))
+    finally:
+        fixture_model.cache_tokens(None)
+    for a, b in zip(plain.layers, cached.layers):
+        assert torch.allclose(a, b, atol=1e-6)

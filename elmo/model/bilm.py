@@ -56,6 +56,13 @@ class BiLM(nn.Module):
                                          l.proj_clip, l.use_skip_connections)
         return cls(config, CharEncoder(config.char_cnn, l.projection_dim), stack(), stack(), stateful=stateful)
 
+    def cache_tokens(self, words) -> None:
+        """Precompute the token layer of ``words`` (a vocabulary) for frozen inference; other words still work.
+        ``cache_tokens(None)`` drops the cache."""
+        from elmo.model.token_cache import build_token_cache
+
+        self.char_encoder.token_cache = None if words is None else build_token_cache(self.char_encoder, list(words))
+
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
         self._carrier.reset()

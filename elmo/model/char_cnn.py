@@ -37,6 +37,7 @@ class CharEncoder(nn.Module):
         self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.n_filters, output_dim)
         self._activation = torch.tanh if config.activation == "tanh" else F.relu
+        self.token_cache = None  # an optional TokenCache (elmo.model.token_cache) for frozen inference
 
     @property
     def output_dim(self) -> int:
@@ -48,10 +49,22 @@ class CharEncoder(nn.Module):
         Running text repeats itself (about half the tokens of a batch are repeats), and the encoder is context-free,
         so this is exact and saves that share of the CNN's work, forward and backward.
         """
-        if char_ids.shape[0] < 2:
+        if char_ids.shape[0] < 2 and self.token_cache is None:
             return self(char_ids)
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # (U, W), (N,)
-        return self(unique)[inverse]  # (N, P)
+        return self._encode_distinct(unique)[inverse]  # (N, P)
+
+    def _encode_distinct(self, unique: torch.Tensor) -> torch.Tensor:
+        """Distinct tokens (U, W) -> (U, P): cached words looked up, the others through the CNN."""
+        if self.token_cache is None or torch.is_grad_enabled():
+            return self(unique)
+        found, index = self.token_cache.lookup(unique)
+        if bool(found.all()):
+            return self.token_cache.vectors.to(unique.device)[index]
+        out = unique.new_empty(unique.shape[0], self.output_dim, dtype=self.projection.weight.dtype)
+        out[found] = self.token_cache.vectors.to(unique.device)[index[found]].to(out.dtype)
+        out[~found] = self(unique[~found])
+        return out
 
     def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
         """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""

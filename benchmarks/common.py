@@ -1,0 +1,63 @@
+"""Shared pieces of the benchmark scripts: the machine's matmul peak, FLOPs per token, real sentences, RSS."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+from elmo.config import ElmoConfig
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """Best fp32 GFLOP/s of an n x n matmul with the current thread setting."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def flops_per_token(config: ElmoConfig) -> float:
+    """Multiply-adds x 2 of one token through the whole biLM, char CNN over all W slots (the issue's accounting)."""
+    cnn, lstm = config.char_cnn, config.lstm
+    width = cnn.max_characters_per_token
+    macs = sum((width - w + 1) * w * cnn.embedding_dim * num for w, num in cnn.filters)
+    macs += cnn.n_highway * 2 * cnn.n_filters**2 + cnn.n_filters * lstm.projection_dim
+    per_layer = (2 * lstm.projection_dim) * 4 * lstm.dim + lstm.dim * lstm.projection_dim
+    macs += 2 * lstm.n_layers * per_layer
+    return 2.0 * macs
+
+
+def sentences(count: int, path: Path | None = None) -> list[list[str]]:
+    """The first ``count`` non-empty sentences of the 1B Word Benchmark held-out dev set (realistic lengths)."""
+    path = path or DATA / "en" / "1b-heldout" / "dev.tokens"
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.split():
+                out.append(line.split())
+                if len(out) == count:
+                    break
+    return out
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def best_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best

@@ -1,0 +1,102 @@
+"""Inference speed of the biLM on this machine, against the per-step reference measured in the same run.
+
+    python benchmarks/inference.py --size original --sentences 256
+
+Prints one table row per (batch size, path): tokens/s, GFLOP/s as a share of the measured matmul peak, the speed
+ratio to the reference path, and the max abs diff of every layer to the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import best_time, flops_per_token, matmul_peak_gflops, peak_rss_mb, sentences  # noqa: E402
+from random_weights import random_bilm  # noqa: E402
+
+from elmo.data.chars import batch_to_ids  # noqa: E402
+from elmo.model.reference import reference_forward  # noqa: E402
+
+
+def run_batches(model, batches, reference=False):
+    outputs = []
+    with torch.inference_mode():
+        for ids in batches:
+            out = reference_forward(model, ids) if reference else model(ids)
+            outputs.append(out.layers)
+    return outputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="original")
+    parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument("--batch-sizes", default="1,8,32,128")
+    parser.add_argument("--reference-batch-sizes", default="32", help="batch sizes that also run the slow reference")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    torch.set_num_threads(torch.get_num_threads())
+    peak = matmul_peak_gflops()
+    model = random_bilm(args.size)
+    flops = flops_per_token(model.config)
+    text = sentences(args.sentences)
+    n_tokens = sum(len(s) for s in text)
+    print(f"model {args.size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
+          f"{flops / 1e6:.0f} MFLOP/token; {len(text)} sentences, {n_tokens} tokens (1B Word held-out dev); "
+          f"threads {torch.get_num_threads()}; matmul peak {peak:.0f} GFLOP/s "
+          f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
+    print()
+    print(f"| batch | path | tokens/s | % of peak | x reference | max abs diff |")
+    print(f"| ---: | --- | ---: | ---: | ---: | ---: |")
+    reference_sizes = {int(b) for b in args.reference_batch_sizes.split(",") if b}
+    for size in [int(b) for b in args.batch_sizes.split(",")]:
+        batches = [batch_to_ids(text[i : i + size]) for i in range(0, len(text), size)]
+        paths = {}
+        if size in reference_sizes:
+            paths["reference (per step, all slots)"] = lambda: run_batches(model, batches, reference=True)
+        paths["fast, deterministic"] = lambda: run_batches(model, batches)
+        reference_out, reference_time = None, None
+        for name, fn in paths.items():
+            model.stateful = False
+            seconds = best_time(fn, args.repeats if "reference" not in name else 1)
+            out = fn()
+            rate = n_tokens / seconds
+            if "reference" in name:
+                reference_out, reference_time = out, seconds
+                ratio, diff = "1.00", "0"
+            else:
+                ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
+                diff = "-"
+                if reference_out is not None:
+                    diff = f"{max(float((a - b).abs().max()) for x, y in zip(out, reference_out) for a, b in zip(x, y)):.1e}"
+            print(f"| {size} | {name} | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% | {ratio} | {diff} |")
+        model.cache_tokens({w for s in text for w in s} | {"<S>", "</S>"})
+        seconds = best_time(lambda: run_batches(model, batches), args.repeats)
+        cached_out = run_batches(model, batches)
+        model.cache_tokens(None)
+        rate = n_tokens / seconds
+        diff = "-"
+        if reference_out is not None:
+            diff = f"{max(float((a - b).abs().max()) for x, y in zip(cached_out, reference_out) for a, b in zip(x, y)):.1e}"
+        print(f"| {size} | fast, token cache (every word cached) | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% "
+              f"| {reference_time / seconds if reference_time else float('nan'):.2f} | {diff} |")
+        model.stateful = True
+        model.reset_states()
+        seconds = best_time(lambda: run_batches(model, batches), args.repeats)
+        rate = n_tokens / seconds
+        print(f"| {size} | fast, stateful | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% | - | - |")
+        model.stateful = False
+        sys.stdout.flush()
+    print(f"\npeak RSS {peak_rss_mb():,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
