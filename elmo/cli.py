@@ -32,7 +32,12 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from elmo.embed_file import embed_file
 
     layers = "top" if args.top else "average" if args.average else "all"
-    n = embed_file(_load(args, stateful=args.stateful), args.input, args.output, layers=layers,
+    model = _load(args, stateful=args.stateful)
+    if args.cache_vocab:
+        from elmo.data.vocab import Vocabulary
+
+        model.cache_tokens(Vocabulary.load(args.cache_vocab).words)
+    n = embed_file(model, args.input, args.output, layers=layers,
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
                    device=args.device)
@@ -214,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--use-sentence-keys", action="store_true", help="name datasets by the sentence text")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict",
                    help="invalid UTF-8: stop at the line (strict) or substitute U+FFFD (replace)")
+    p.add_argument("--cache-vocab", help="vocabulary file whose words' token vectors are computed once (faster)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_embed)

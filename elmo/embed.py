@@ -25,7 +25,8 @@ class Embedder:
 
     def __init__(self, bilm: BiLM, tokenizer: Callable[[str], list[str]] | None = None, max_tokens: int = 8192,
                  max_batch_size: int = 128, device: str | torch.device = "cpu",
-                 mix_weights: Sequence[float] | None = None, gamma: float = 1.0) -> None:
+                 mix_weights: Sequence[float] | None = None, gamma: float = 1.0,
+                 cache_words: Sequence[str] | None = None) -> None:
         if bilm.stateful:
             raise ValueError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
         self.bilm = bilm.to(device).eval()
@@ -37,6 +38,8 @@ class Embedder:
         if weights.shape != (n,):
             raise ValueError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
         self.mix = gamma * torch.softmax(weights, dim=0)  # (L+1,)
+        if cache_words is not None:  # token layer precomputed for these words; others go through the CNN
+            self.bilm.cache_tokens(cache_words)
 
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,

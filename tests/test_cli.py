@@ -106,3 +106,14 @@ def test_show_through_the_entry_point():
 def test_model_and_options_together_is_refused(capsys):
     assert main(["info", "--model", "x", *MODEL]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_embed_with_a_token_cache_gives_the_same_vectors(tmp_path):
+    (tmp_path / "in.txt").write_text("The bank .\nA river bank\n", encoding="utf-8")
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nThe\nbank\n", encoding="utf-8")
+    main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "a.hdf5"), "--all", "--quiet", *MODEL])
+    main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "b.hdf5"), "--all", "--quiet", "--cache-vocab",
+          str(tmp_path / "vocab.txt"), *MODEL])
+    with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
+        for key in ("0", "1"):
+            assert np.allclose(a[key][()], b[key][()], atol=1e-6)
