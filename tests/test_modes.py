@@ -120,3 +120,18 @@ def test_token_cache_is_exact_and_falls_back_to_characters(fixture_model):
         fixture_model.cache_tokens(None)
     for a, b in zip(plain.layers, cached.layers):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_fused_nn_lstm_is_exact_without_clips_and_refuses_clips():
+    import pytest
+
+    from elmo.model.fused_lstm import use_fused_lstm
+
+    config = small_config(cell_clip=None, proj_clip=None)
+    plain, fused = random_bilm(config, seed=5), random_bilm(config, seed=5)
+    use_fused_lstm(fused)
+    batch = _sentences(6, seed=3)
+    for a, b in zip(_top(plain, batch), _top(fused, batch)):
+        assert a.shape == b.shape and (a.numel() == 0 or float((a - b).abs().max()) <= 1e-5)
+    with pytest.raises(ValueError, match="nn.LSTM cannot"):
+        use_fused_lstm(random_bilm(small_config()))
