@@ -40,7 +40,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     n = embed_file(model, args.input, args.output, layers=layers,
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
-                   device=args.device)
+                   device=args.device, resume=args.resume)
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
 
 
@@ -219,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--use-sentence-keys", action="store_true", help="name datasets by the sentence text")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict",
                    help="invalid UTF-8: stop at the line (strict) or substitute U+FFFD (replace)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed run from OUTPUT.parts/ instead of starting over")
     p.add_argument("--cache-vocab", help="vocabulary file whose words' token vectors are computed once (faster)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -8,7 +8,9 @@ line; ``forget_sentences`` drops it). The output appears only when complete (tem
 
 from __future__ import annotations
 
+import itertools
 import json
+import shutil
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -65,36 +67,114 @@ def _unterminated_last(path: str | Path) -> int:
 
 def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
                batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
-               errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu") -> int:
+               errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu",
+               resume: bool = False, chunk_size: int | None = None) -> int:
     """Embed every line of ``input_path`` into ``output_path``; returns the number of sentences.
 
     With a stateful ``bilm`` the lines run in file order, ``batch_size`` per batch, each line keeping its row
     (AllenNLP's exact behaviour). A deterministic ``bilm`` gives the same vectors however lines are grouped, so
     chunks of lines are sorted by length into batches for speed.
+
+    Progress is kept chunk by chunk in ``OUTPUT.parts/`` (each part written atomically); the parts are merged into
+    ``output_path`` at the end and removed. ``chunk_size`` (deterministic mode) is how many lines are read,
+    length-sorted and saved at a time. With ``resume=True`` a killed run continues after its last complete
+    part (same input and settings required); without it, leftover parts are discarded.
     """
     if layers not in ("all", "top", "average"):
         raise ValueError(f"layers must be 'all', 'top' or 'average', got {layers!r}")
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     bilm = bilm.to(device).eval()
+    parts = PartStore(Path(str(output_path) + ".parts"),
+                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors), resume)
+    if bilm.stateful and parts.completed:
+        bilm._carrier.state = parts.carried_state(parts.completed - 1)
     sentence_to_index: dict[str, str] = {}
     seen_keys: set[str] = set()
     total = count_lines(input_path)
-    chunk_size = batch_size if bilm.stateful else max(batch_size * 16, 1024)
+    if bilm.stateful:
+        chunk_size = batch_size  # one batch per chunk, in file order
+    chunk_size = chunk_size or max(batch_size * 16, 1024)
     lines = read_lines(input_path, errors)
-    with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out, \
-            tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
+    with tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
+        number = 0
         while chunk := list(islice(lines, chunk_size)):
-            for line, array in zip(chunk, _embed_chunk(bilm, chunk, layers, batch_size, device)):
-                key = _dataset_key(line, use_sentence_keys, seen_keys, input_path)
-                out.create_dataset(key, data=array)
-                if not (forget_sentences or use_sentence_keys):
+            keys = [_dataset_key(line, use_sentence_keys, seen_keys, input_path) for line in chunk]
+            if not (forget_sentences or use_sentence_keys):
+                for line, key in zip(chunk, keys):
                     sentence_to_index[line.text] = key  # a repeated sentence maps to its last line, as AllenNLP
+            if number >= parts.completed:  # not done by an earlier, killed run
+                arrays = _embed_chunk(bilm, chunk, layers, batch_size, device)
+                parts.write(number, keys, arrays, bilm._carrier.state if bilm.stateful else None)
+            number += 1
             bar.update(len(chunk))
-        if not (forget_sentences or use_sentence_keys):
-            index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            index[0] = json.dumps(sentence_to_index)
+    parts.merge_into(output_path, None if forget_sentences or use_sentence_keys else sentence_to_index)
     return total
+
+
+class PartStore:
+    """Finished chunks of an embedding run, one small HDF5 file each, written atomically."""
+
+    def __init__(self, root: Path, fingerprint: dict, resume: bool) -> None:
+        self.root = root
+        manifest = root / "manifest.json"
+        if root.exists() and resume and manifest.is_file():
+            found = json.loads(manifest.read_text(encoding="utf-8"))
+            if found != fingerprint:
+                changed = sorted(k for k in fingerprint if found.get(k) != fingerprint[k])
+                raise InputFileError(f"{root}: the interrupted run differs in {', '.join(changed)}; rerun it with the "
+                                     f"same input, model and flags, or delete {root} to start over")
+        elif root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True, exist_ok=True)
+        with atomic_path(manifest) as tmp:
+            tmp.write_text(json.dumps(fingerprint), encoding="utf-8")
+        self.completed = 0  # parts 0 .. completed-1 exist
+        while (self._path(self.completed)).is_file():
+            self.completed += 1
+
+    def _path(self, number: int) -> Path:
+        return self.root / f"part-{number:08d}.h5"
+
+    def write(self, number: int, keys: list[str], arrays: list, state) -> None:
+        with atomic_path(self._path(number)) as tmp, h5py.File(tmp, "w") as f:
+            f.create_dataset("keys", data=keys, dtype=h5py.string_dtype())
+            group = f.create_group("data")
+            for i, array in enumerate(arrays):
+                group.create_dataset(str(i), data=array)
+            if state is not None:
+                f.create_dataset("state_h", data=state[0].cpu().numpy())
+                f.create_dataset("state_c", data=state[1].cpu().numpy())
+
+    def carried_state(self, number: int):
+        with h5py.File(self._path(number), "r") as f:
+            if "state_h" not in f:
+                return None
+            return torch.from_numpy(f["state_h"][()]), torch.from_numpy(f["state_c"][()])
+
+    def merge_into(self, output_path: str | Path, sentence_to_index: dict[str, str] | None) -> None:
+        with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
+            for number in itertools.count():
+                path = self._path(number)
+                if not path.is_file():
+                    break
+                with h5py.File(path, "r") as part:
+                    for i, key in enumerate(part["keys"].asstr()[()]):
+                        out.create_dataset(key, data=part["data"][str(i)][()])
+            if sentence_to_index is not None:
+                index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                index[0] = json.dumps(sentence_to_index)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _run_fingerprint(bilm: BiLM, input_path: str | Path, layers: str, batch_size: int, use_sentence_keys: bool,
+                     errors: str) -> dict:
+    stat = Path(input_path).stat()
+    with torch.no_grad():
+        weights = float(sum(p.double().sum() for p in bilm.parameters()))
+    return {"input": str(Path(input_path).resolve()), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
+            "layers": layers, "batch_size": batch_size, "stateful": bilm.stateful, "sentence_keys": use_sentence_keys,
+            "errors": errors, "model": bilm.config.to_options(), "weights_sum": weights}
 
 
 def _embed_chunk(bilm: BiLM, chunk: list[Line], layers: OutputLayers, batch_size: int,

@@ -1,0 +1,85 @@
+"""`elmo embed --resume`: a killed run continues after its last finished chunk and gives the same file."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+import elmo.embed_file as embed_file_module
+from elmo.embed_file import embed_file
+from elmo.io.official import load_official
+from tests.conftest import OPTIONS, WEIGHTS
+
+LINES = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(1 + i % 9)) for i in range(40)] + [""]
+
+
+def _read(path):
+    with h5py.File(path) as f:
+        return {k: f[k][()] for k in f.keys()}
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, monkeypatch, stateful):
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    embed_file(load_official(OPTIONS, WEIGHTS, stateful=stateful), tmp_path / "in.txt", tmp_path / "whole.hdf5",
+               batch_size=4, progress=False, chunk_size=4)
+    original = embed_file_module._embed_chunk
+    calls = []
+
+    def dying(*args, **kwargs):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as if killed during the fourth chunk
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
+    with pytest.raises(KeyboardInterrupt):
+        embed_file(load_official(OPTIONS, WEIGHTS, stateful=stateful), tmp_path / "in.txt", tmp_path / "out.hdf5",
+                   batch_size=4, progress=False, chunk_size=4)
+    assert not (tmp_path / "out.hdf5").exists() and (tmp_path / "out.hdf5.parts").is_dir()
+    calls.clear()
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", lambda *a, **k: calls.append(1) or original(*a, **k))
+    embed_file(load_official(OPTIONS, WEIGHTS, stateful=stateful), tmp_path / "in.txt", tmp_path / "out.hdf5",
+               batch_size=4, progress=False, resume=True, chunk_size=4)
+    assert len(calls) == 11 - 3  # 41 lines in chunks of 4: 3 were finished before the "kill"
+    whole, resumed = _read(tmp_path / "whole.hdf5"), _read(tmp_path / "out.hdf5")
+    assert whole.keys() == resumed.keys()
+    for key in whole:
+        if key != "sentence_to_index":
+            assert np.array_equal(whole[key], resumed[key]), key
+    assert not (tmp_path / "out.hdf5.parts").exists()
+
+
+def test_resume_refuses_changed_settings(tmp_path):
+    from elmo.embed_file import InputFileError, PartStore
+
+    store = PartStore(tmp_path / "o.parts", {"batch_size": 4}, resume=False)
+    store.write(0, ["0"], [np.zeros((1, 2), np.float32)], None)
+    with pytest.raises(InputFileError, match="differs in batch_size"):
+        PartStore(tmp_path / "o.parts", {"batch_size": 8}, resume=True)
+
+
+def test_sigkill_then_resume(tmp_path):
+    lines = [" ".join(f"w{(i * 7 + j) % 97}" for j in range(1 + i % 13)) for i in range(2500)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = [sys.executable, "-m", "elmo", "embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--top",
+            "--options", str(OPTIONS), "--weights", str(WEIGHTS), "--batch-size", "8", "--quiet"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = tmp_path / "out.hdf5.parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("part-*.h5"))) < 1 and process.poll() is None:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    done_before = len(list(parts.glob("part-*.h5")))
+    assert done_before >= 1 and not (tmp_path / "out.hdf5").exists()
+    subprocess.run(args + ["--resume"], check=True, timeout=300)
+    embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "whole.hdf5", layers="top",
+               batch_size=8, progress=False)
+    whole, resumed = _read(tmp_path / "whole.hdf5"), _read(tmp_path / "out.hdf5")
+    assert len(resumed) == 2501 and all(np.array_equal(whole[k], resumed[k]) for k in whole if k != "sentence_to_index")
