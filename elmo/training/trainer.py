@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import nullcontext
 import os
 import time
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ class Trainer:
         rows = config.batch_size * self.env.world  # the global batch
         mine = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)
         files = expand_files(files)
+        self.files = [str(f) for f in files]
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
                                      chunk_size=config.chunk_size), vocab, rows, config.unroll_steps, mine,
@@ -107,6 +109,9 @@ class Trainer:
         if trainer.get("world", 1) != self.env.world:
             raise ValueError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
                              f"the same number (got {self.env.world})")
+        if trainer.get("files", self.files) != self.files:
+            raise ValueError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
+                             f"with the same training files (use --init-from to continue on new text)")
         if checkpoint.optimizer is not None:
             self.optimizer.load_state_dict(checkpoint.optimizer)
         rank = self.env.rank
@@ -128,7 +133,7 @@ class Trainer:
         module = self.ddp or self.model
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
         sample = self.sampler.sample(n_neg) if n_neg < len(self.vocab) else None
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else _nullcontext()
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
         with autocast:
             losses, self.states = module(*self._inputs(batches), self.states, sample, self.sampler)
         loss = 0.5 * (losses[0] + losses[1])
@@ -199,15 +204,8 @@ class Trainer:
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         tensors["sampler_rng"] = self.sampler.state()
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
+                   "files": self.files,
                    "data": [s["data"] for s in gathered]}
         return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
                                self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
                                keep=self.config.keep_checkpoints)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
