@@ -36,6 +36,7 @@ class TrainConfig:
     log_every: int = 10  # batches between metrics-log lines
     seed: int = 0
     chunk_size: int = 20_000  # sentences read and shuffled at a time (bounds memory)
+    max_bad_steps: int = 10  # stop after this many consecutive batches with a non-finite loss
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "model"}

@@ -14,6 +14,7 @@ import math
 from contextlib import nullcontext
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,7 +25,7 @@ from tqdm.auto import tqdm
 
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import load_checkpoint, save_checkpoint
+from elmo.io.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from elmo.io.native import load_state_strict
 from elmo.training.config import TrainConfig
 from elmo.training.lm import LanguageModel
@@ -45,6 +46,10 @@ class Distributed:
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+
+class TrainingDiverged(ValueError):
+    """Too many consecutive batches with a non-finite loss."""
 
 
 class Trainer:
@@ -93,6 +98,7 @@ class Trainer:
         ]
         self.states = self.model.zero_states(config.batch_size, self.device)
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
+        self.bad_steps = 0  # consecutive batches skipped for a non-finite loss
         if resume:
             self._restore(checkpoint)
 
@@ -131,6 +137,7 @@ class Trainer:
         if any(b is None for b in batches):
             raise RuntimeError("the training stream ended")  # streams loop, so this means no text at all
         module = self.ddp or self.model
+        previous_states = self.states
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
         sample = self.sampler.sample(n_neg) if n_neg < len(self.vocab) else None
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
@@ -139,13 +146,31 @@ class Trainer:
         loss = 0.5 * (losses[0] + losses[1])
         self.optimizer.zero_grad(set_to_none=True)
         (loss * self.config.unroll_steps).backward()
+        # after DDP's all-reduce the norm is the same on every rank, so all ranks skip a bad batch together
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
-        self.optimizer.step()
-        self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in self.states]
         self.step += 1
         self.tokens_seen += sum(b.tokens for b in batches) // 2 * self.env.world
-        return {"loss": float(loss.detach()), "forward": float(losses[0].detach()), "backward": float(losses[1].detach()),
-                "grad_norm": float(norm)}
+        metrics = {"loss": float(loss.detach()), "forward": float(losses[0].detach()),
+                   "backward": float(losses[1].detach()), "grad_norm": float(norm)}
+        if not math.isfinite(metrics["grad_norm"]):
+            self._skip_bad_batch(previous_states)
+            return {**metrics, "skipped": 1.0}
+        self.bad_steps = 0
+        self.optimizer.step()
+        self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in self.states]
+        return metrics
+
+    def _skip_bad_batch(self, previous_states: list) -> None:
+        """A NaN/inf loss or gradient: drop the update, keep the states from before the batch, stop if it persists."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.states = previous_states
+        self.bad_steps += 1
+        warnings.warn(f"step {self.step}: loss or gradient is not finite; batch skipped "
+                      f"({self.bad_steps} in a row, stopping at {self.config.max_bad_steps})")
+        if self.bad_steps >= self.config.max_bad_steps:
+            raise TrainingDiverged(f"training stopped at step {self.step}: {self.bad_steps} batches in a row had a "
+                                   f"non-finite loss or gradient; resume from the last checkpoint in {self.out_dir} "
+                                   f"with a lower learning rate")
 
     def _inputs(self, batches: list[LMBatch]) -> tuple:
         return tuple((b.char_ids.to(self.device), b.targets.to(self.device)) for b in batches)
@@ -206,6 +231,12 @@ class Trainer:
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
                    "files": self.files,
                    "data": [s["data"] for s in gathered]}
-        return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
-                               self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
-                               keep=self.config.keep_checkpoints)
+        try:
+            return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
+                                   self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
+                                   keep=self.config.keep_checkpoints)
+        except OSError as err:
+            previous = list_checkpoints(self.out_dir)
+            kept = f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
+            raise OSError(err.errno, f"checkpoint at step {self.step} not written to {self.out_dir} "
+                                     f"({err.strerror or err}); {kept}") from None
