@@ -82,21 +82,27 @@ class Embedder:
 
     def batches(self, token_lists: Sequence[Sequence[str]]) -> Iterator[list[int]]:
         """Indices of sentences, longest first, in groups of at most ``max_batch_size`` rows and ``max_tokens``."""
-        order = sorted(range(len(token_lists)), key=lambda i: -len(token_lists[i]))
-        batch: list[int] = []
-        for i in order:
-            longest = len(token_lists[batch[0]]) if batch else len(token_lists[i])
-            if batch and (len(batch) >= self.max_batch_size or (len(batch) + 1) * max(longest, 1) > self.max_tokens):
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
+        return length_batches([len(t) for t in token_lists], self.max_batch_size, self.max_tokens)
 
     def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
                      pooling: str | None = None) -> list[np.ndarray]:
         """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence."""
         return run_batch(self.bilm, batch, layers, pooling, self.mix, self.device)
+
+
+def length_batches(lengths: Sequence[int], max_batch_size: int, max_tokens: int) -> Iterator[list[int]]:
+    """Indices sorted longest first, grouped so that rows x longest row <= ``max_tokens`` (a longer sentence goes
+    alone) and rows <= ``max_batch_size``: padding stays small and memory is bounded by the budget."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch: list[int] = []
+    for i in order:
+        longest = lengths[batch[0]] if batch else lengths[i]
+        if batch and (len(batch) >= max_batch_size or (len(batch) + 1) * max(longest, 1) > max_tokens):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 @torch.inference_mode()

@@ -20,11 +20,12 @@ import h5py
 import torch
 from tqdm.auto import tqdm
 
-from elmo.embed import run_batch
+from elmo.embed import length_batches, run_batch
 from elmo.io.atomic import atomic_path
 from elmo.model.bilm import BiLM
 
 OutputLayers = Literal["all", "top", "average"]
+MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
 
 
 class InputFileError(ValueError):
@@ -181,10 +182,8 @@ def _embed_chunk(bilm: BiLM, chunk: list[Line], layers: OutputLayers, batch_size
                  device: str | torch.device) -> list:
     if bilm.stateful:  # one batch, rows in file order
         return run_batch(bilm, [line.tokens for line in chunk], layers, device=device)
-    order = sorted(range(len(chunk)), key=lambda i: -len(chunk[i].tokens))
     results: list = [None] * len(chunk)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
+    for rows in length_batches([len(line.tokens) for line in chunk], batch_size, MAX_TOKENS_PER_BATCH):
         for i, array in zip(rows, run_batch(bilm, [chunk[i].tokens for i in rows], layers, device=device)):
             results[i] = array
     return results

@@ -6,8 +6,8 @@ One step (FORMAT.md §4.3), gates in PyTorch order i, f, g, o, the +1 forget bia
     c = clip(sigmoid(f) * c + sigmoid(i) * tanh(g))   (C)
     r = clip((sigmoid(o) * tanh(c)) W_proj^T)         (P)
 
-``torch.nn.LSTM`` cannot clip, so the time loop is ours. The fast path computes every step's input projection
-in one matmul and, with rows sorted longest first, advances only the rows still running (a prefix of the batch),
+``torch.nn.LSTM`` cannot clip, so the time loop is ours. The fast path computes the input projections of up to
+PROJECTION_BLOCK steps in one matmul and, with rows sorted longest first, advances only the rows still running (a prefix of the batch),
 so padding costs nothing and no masking is needed. ``reference_layer_forward`` is the plain per-step version kept
 as the exactness reference for tests and benchmarks.
 """
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
+PROJECTION_BLOCK = 256  # time steps whose input projections are computed together
 
 
 class ProjectedLSTMLayer(nn.Module):
@@ -62,13 +63,16 @@ class ProjectedLSTMLayer(nn.Module):
         Returns the outputs (B, T, P), zero where a row has ended, and each row's state after its last step.
         """
         h, c = state
-        projected = torch.nn.functional.linear(x, self.weight_ih, self.bias)  # (B, T, 4C), all steps at once
-        # one view per step: indexing projected[:, t] would make autograd build a full (B, T, 4C) gradient per step
-        per_step = projected.unbind(1)  # T x (B, 4C)
         w_hh_t = self.weight_hh.t()  # (P, 4C)
         steps = []
         for t, n in enumerate(batch_sizes):
-            z = torch.addmm(per_step[t][:n], h[:n], w_hh_t)  # (n, 4C)
+            if t % PROJECTION_BLOCK == 0:
+                # every step's input projection in one matmul, a block of steps at a time: memory stays bounded
+                # on very long sentences; one view per step, since indexing projected[:, t] would make autograd
+                # build a whole-block gradient per step
+                block = torch.nn.functional.linear(x[:, t : t + PROJECTION_BLOCK], self.weight_ih, self.bias)
+                per_step = block.unbind(1)  # up to PROJECTION_BLOCK x (B, 4C)
+            z = torch.addmm(per_step[t % PROJECTION_BLOCK][:n], h[:n], w_hh_t)  # (n, 4C)
             r, c_new = self.step(z, c[:n])
             steps.append(r)
             if n == h.shape[0]:

