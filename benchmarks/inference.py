@@ -41,6 +41,8 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="1,8,32,128")
     parser.add_argument("--reference-batch-sizes", default="32", help="batch sizes that also run the slow reference")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--order", choices=("sorted", "file"), default="sorted",
+                        help="sorted: sentences grouped by length, as Embedder and `elmo embed` do; file: as read")
     args = parser.parse_args()
 
     torch.set_num_threads(torch.get_num_threads())
@@ -48,9 +50,12 @@ def main() -> None:
     model = random_bilm(args.size)
     flops = flops_per_token(model.config)
     text = sentences(args.sentences)
+    if args.order == "sorted":
+        text = sorted(text, key=len, reverse=True)
     n_tokens = sum(len(s) for s in text)
     print(f"model {args.size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
-          f"{flops / 1e6:.0f} MFLOP/token; {len(text)} sentences, {n_tokens} tokens (1B Word held-out dev); "
+          f"{flops / 1e6:.0f} MFLOP/token; {len(text)} sentences, {n_tokens} tokens (1B Word held-out dev, "
+          f"batches in {args.order} order); "
           f"threads {torch.get_num_threads()}; matmul peak {peak:.0f} GFLOP/s "
           f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
     print()

@@ -135,3 +135,13 @@ def test_fused_nn_lstm_is_exact_without_clips_and_refuses_clips():
         assert a.shape == b.shape and (a.numel() == 0 or float((a - b).abs().max()) <= 1e-5)
     with pytest.raises(ValueError, match="nn.LSTM cannot"):
         use_fused_lstm(random_bilm(small_config()))
+
+
+def test_paired_inference_path_equals_the_autograd_path(fixture_model):
+    ids = batch_to_ids(_sentences(7, seed=9))
+    with torch.no_grad():
+        paired = fixture_model(ids)
+    with torch.enable_grad():
+        separate = fixture_model(ids)
+    for a, b in zip(paired.layers, separate.layers):
+        assert torch.allclose(a, b.detach(), atol=1e-5)

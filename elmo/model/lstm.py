@@ -6,9 +6,9 @@ One step (FORMAT.md §4.3), gates in PyTorch order i, f, g, o, the +1 forget bia
     c = clip(sigmoid(f) * c + sigmoid(i) * tanh(g))   (C)
     r = clip((sigmoid(o) * tanh(c)) W_proj^T)         (P)
 
-``torch.nn.LSTM`` cannot clip, so the time loop is ours. The fast path computes the input projections of up to
-PROJECTION_BLOCK steps in one matmul and, with rows sorted longest first, advances only the rows still running (a prefix of the batch),
-so padding costs nothing and no masking is needed. ``reference_layer_forward`` is the plain per-step version kept
+``torch.nn.LSTM`` cannot clip, so the time loop is ours. The fast path sorts rows longest first, so at each step
+the running rows are a prefix of the batch: padding costs nothing and nothing is masked. The input projections of
+the real positions (not the padding) are computed together, up to PROJECTION_BLOCK steps per matmul. ``reference_layer_forward`` is the plain per-step version kept
 as the exactness reference for tests and benchmarks.
 """
 
@@ -18,6 +18,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
 PROJECTION_BLOCK = 256  # time steps whose input projections are computed together
@@ -64,15 +65,22 @@ class ProjectedLSTMLayer(nn.Module):
         """
         h, c = state
         w_hh_t = self.weight_hh.t()  # (P, 4C)
+        # the real positions only, time-major: step t's rows are the contiguous slice offsets[t] : offsets[t] + n_t
+        lengths = torch.tensor([sum(1 for n in batch_sizes if n > row) for row in range(batch_sizes[0])]) \
+            if batch_sizes else torch.zeros(0, dtype=torch.long)
+        packed = pack_padded_sequence(x[: len(lengths)], lengths, batch_first=True, enforce_sorted=True)
+        offsets = [0]
+        for n in batch_sizes:
+            offsets.append(offsets[-1] + n)
         steps = []
         for t, n in enumerate(batch_sizes):
             if t % PROJECTION_BLOCK == 0:
-                # every step's input projection in one matmul, a block of steps at a time: memory stays bounded
-                # on very long sentences; one view per step, since indexing projected[:, t] would make autograd
-                # build a whole-block gradient per step
-                block = torch.nn.functional.linear(x[:, t : t + PROJECTION_BLOCK], self.weight_ih, self.bias)
-                per_step = block.unbind(1)  # up to PROJECTION_BLOCK x (B, 4C)
-            z = torch.addmm(per_step[t % PROJECTION_BLOCK][:n], h[:n], w_hh_t)  # (n, 4C)
+                # input projections of a block of steps in one matmul (bounded memory on very long sentences);
+                # one view per step, since slicing inside autograd would build a whole-block gradient per step
+                end = offsets[min(t + PROJECTION_BLOCK, len(batch_sizes))]
+                block = torch.nn.functional.linear(packed.data[offsets[t] : end], self.weight_ih, self.bias)
+                per_step = block.split(batch_sizes[t : t + PROJECTION_BLOCK])  # each (n_t, 4C)
+            z = torch.addmm(per_step[t % PROJECTION_BLOCK], h[:n], w_hh_t)  # (n, 4C)
             r, c_new = self.step(z, c[:n])
             steps.append(r)
             if n == h.shape[0]:
