@@ -93,6 +93,16 @@ def main() -> None:
             diff = f"{max(float((a - b).abs().max()) for x, y in zip(cached_out, reference_out) for a, b in zip(x, y)):.1e}"
         print(f"| {size} | fast, token cache (every word cached) | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% "
               f"| {reference_time / seconds if reference_time else float('nan'):.2f} | {diff} |")
+        model.set_matmul_precision("bf16")
+        seconds = best_time(lambda: run_batches(model, batches), args.repeats)
+        bf16_out = run_batches(model, batches)
+        model.set_matmul_precision("fp32")
+        rate = n_tokens / seconds
+        diff = "-"
+        if reference_out is not None:
+            diff = f"{max(float((a - b).abs().max()) for x, y in zip(bf16_out, reference_out) for a, b in zip(x, y)):.1e}"
+        print(f"| {size} | optional: bf16 matmuls | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% "
+              f"| {reference_time / seconds if reference_time else float('nan'):.2f} | {diff} |")
         model.stateful = True
         model.reset_states()
         seconds = best_time(lambda: run_batches(model, batches), args.repeats)

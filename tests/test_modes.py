@@ -145,3 +145,18 @@ def test_paired_inference_path_equals_the_autograd_path(fixture_model):
         separate = fixture_model(ids)
     for a, b in zip(paired.layers, separate.layers):
         assert torch.allclose(a, b.detach(), atol=1e-5)
+
+
+def test_bf16_mode_is_close_and_fp32_is_restored(fixture_model):
+    ids = batch_to_ids(_sentences(5, seed=2))
+    with torch.no_grad():
+        exact = fixture_model(ids).layers
+        fixture_model.set_matmul_precision("bf16")
+        try:
+            fast = fixture_model(ids).layers
+        finally:
+            fixture_model.set_matmul_precision("fp32")
+        again = fixture_model(ids).layers
+    worst = max(float((a - b).abs().max()) for a, b in zip(exact, fast))
+    assert 0 < worst < 0.2 and all(a.dtype == torch.float32 for a in fast)
+    assert all(torch.equal(a, b) for a, b in zip(exact, again))

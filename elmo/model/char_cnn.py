@@ -38,6 +38,7 @@ class CharEncoder(nn.Module):
         self.projection = nn.Linear(config.n_filters, output_dim)
         self._activation = torch.tanh if config.activation == "tanh" else F.relu
         self.token_cache = None  # an optional TokenCache (elmo.model.token_cache) for frozen inference
+        self.matmul_dtype: torch.dtype | None = None  # torch.bfloat16: convolutions and matmuls in bf16
 
     @property
     def output_dim(self) -> int:
@@ -68,6 +69,12 @@ class CharEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
         """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""
+        if self.matmul_dtype is not None and char_ids.device.type == "cpu":
+            with torch.autocast("cpu", dtype=self.matmul_dtype):
+                return self._forward(char_ids, trim).float()
+        return self._forward(char_ids, trim)
+
+    def _forward(self, char_ids: torch.Tensor, trim: bool) -> torch.Tensor:
         if trim:
             char_ids = trim_character_axis(char_ids, self.config.max_filter_width)  # (N, W') with W' <= W
         x = self.char_embedding(char_ids).transpose(1, 2)  # (N, E, W')

@@ -36,6 +36,7 @@ class ProjectedLSTMLayer(nn.Module):
         self.weight_hh = nn.Parameter(torch.empty(4 * cell_size, proj_size))
         self.bias = nn.Parameter(torch.empty(4 * cell_size))
         self.weight_proj = nn.Parameter(torch.empty(proj_size, cell_size))
+        self.matmul_dtype: torch.dtype | None = None  # None: the weights' dtype; torch.bfloat16: the fast bf16 mode
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -56,10 +57,11 @@ class ProjectedLSTMLayer(nn.Module):
         params = (self.weight_ih, self.weight_hh, self.weight_proj)
         if torch.is_grad_enabled():
             return tuple(p.t().contiguous() for p in params)  # type: ignore[return-value]
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        dtype = self.matmul_dtype or self.weight_ih.dtype
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params) + (dtype,)
         if getattr(self, "_cache_key", None) != key:
             with torch.no_grad():
-                self._cached = tuple(p.t().contiguous() for p in params)
+                self._cached = tuple(p.t().to(dtype).contiguous() for p in params)
             self._cache_key = key
         return self._cached
 
@@ -70,7 +72,7 @@ class ProjectedLSTMLayer(nn.Module):
         if self.cell_clip:
             c = c.clamp(-self.cell_clip, self.cell_clip)
         w_proj_t = self.weight_proj.t() if w_proj_t is None else w_proj_t
-        r = (torch.sigmoid(o) * torch.tanh(c)) @ w_proj_t  # (n, P)
+        r = _matmul(torch.sigmoid(o) * torch.tanh(c), w_proj_t)  # (n, P)
         if self.proj_clip:
             r = r.clamp(-self.proj_clip, self.proj_clip)
         return r, c
@@ -96,9 +98,13 @@ class ProjectedLSTMLayer(nn.Module):
                 # input projections of a block of steps in one matmul (bounded memory on very long sentences);
                 # one view per step, since slicing inside autograd would build a whole-block gradient per step
                 end = offsets[min(t + PROJECTION_BLOCK, len(batch_sizes))]
-                block = torch.addmm(self.bias, packed.data[offsets[t] : end], w_ih_t)  # (rows, 4C)
+                rows = packed.data[offsets[t] : end]
+                block = (torch.addmm(self.bias, rows, w_ih_t) if w_ih_t.dtype == rows.dtype
+                         else _matmul(rows, w_ih_t) + self.bias)  # (rows, 4C)
                 per_step = block.split(batch_sizes[t : t + PROJECTION_BLOCK])  # each (n_t, 4C)
-            z = torch.addmm(per_step[t % PROJECTION_BLOCK], h[:n], w_hh_t)  # (n, 4C)
+            projected = per_step[t % PROJECTION_BLOCK]
+            z = (torch.addmm(projected, h[:n], w_hh_t) if w_hh_t.dtype == h.dtype
+                 else projected + _matmul(h[:n], w_hh_t))  # (n, 4C)
             r, c_new = self.step(z, c[:n], w_proj_t)
             steps.append(r)
             if n == h.shape[0]:
@@ -106,6 +112,11 @@ class ProjectedLSTMLayer(nn.Module):
             else:  # rows n.. have finished: their state is final, keep it
                 h, c = torch.cat([r, h[n:]]), torch.cat([c_new, c[n:]])
         return _pad_steps(steps, x.shape[0], x.shape[1]), (h, c)
+
+
+def _matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """a @ w in w's dtype (bf16 mode: the product in bf16, the result back in a's dtype)."""
+    return a @ w if a.dtype == w.dtype else (a.to(w.dtype) @ w).to(a.dtype)
 
 
 def _pad_steps(steps: list[torch.Tensor], batch: int, length: int) -> torch.Tensor:
