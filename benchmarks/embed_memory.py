@@ -34,6 +34,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--counts", default="10000,100000")
+    parser.add_argument("--both-index-modes", action="store_true",
+                        help="also run with --forget-sentences (no sentence_to_index map)")
     args = parser.parse_args()
     root, bench = str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)
     pool = [" ".join(s) for s in sentences(12_000)]
@@ -43,7 +45,7 @@ def main() -> None:
         for count in [int(c) for c in args.counts.split(",")]:
             src = Path(tmp) / f"in{count}.txt"
             src.write_text("\n".join(pool[i % len(pool)] for i in range(count)) + "\n", encoding="utf-8")
-            for forget in (True, False):
+            for forget in ((True, False) if args.both_index_modes else (False,)):
                 dst = Path(tmp) / "out.hdf5"
                 code = WORKER.format(root=root, bench=bench, size=args.size, src=str(src), dst=str(dst), forget=forget)
                 n, seconds, rss = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
