@@ -158,6 +158,8 @@ class ElmoConfig:
             text = path.read_text(encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); is this an options.json?") from None
         try:
             options = json.loads(text)
         except json.JSONDecodeError as err:
