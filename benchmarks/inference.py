@@ -34,6 +34,10 @@ def run_batches(model, batches, reference=False):
     return outputs
 
 
+def row(size: int, name: str, rate: float, flops: float, peak: float, ratio: str, diff: str) -> None:
+    print(f"| {size} | {name} | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% | {ratio} | {diff} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="original")
@@ -62,53 +66,36 @@ def main() -> None:
     print(f"| batch | path | tokens/s | % of peak | x reference | max abs diff |")
     print(f"| ---: | --- | ---: | ---: | ---: | ---: |")
     reference_sizes = {int(b) for b in args.reference_batch_sizes.split(",") if b}
+    vocabulary = {w for s in text for w in s} | {"<S>", "</S>"}
+    # each path: (name, set-up, tear-down); every path runs the same batches
+    paths = [
+        ("fast, deterministic", lambda: None, lambda: None),
+        ("fast, token cache (every word cached)", lambda: model.cache_tokens(vocabulary),
+         lambda: model.cache_tokens(None)),
+        ("optional: bf16 matmuls", lambda: model.set_matmul_precision("bf16"),
+         lambda: model.set_matmul_precision("fp32")),
+        ("fast, stateful", lambda: (setattr(model, "stateful", True), model.reset_states()),
+         lambda: setattr(model, "stateful", False)),
+    ]
     for size in [int(b) for b in args.batch_sizes.split(",")]:
         batches = [batch_to_ids(text[i : i + size]) for i in range(0, len(text), size)]
-        paths = {}
-        if size in reference_sizes:
-            paths["reference (per step, all slots)"] = lambda: run_batches(model, batches, reference=True)
-        paths["fast, deterministic"] = lambda: run_batches(model, batches)
         reference_out, reference_time = None, None
-        for name, fn in paths.items():
-            model.stateful = False
-            seconds = best_time(fn, args.repeats if "reference" not in name else 1)
-            out = fn()
-            rate = n_tokens / seconds
-            if "reference" in name:
-                reference_out, reference_time = out, seconds
-                ratio, diff = "1.00", "0"
-            else:
-                ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
-                diff = "-"
-                if reference_out is not None:
-                    diff = f"{max(float((a - b).abs().max()) for x, y in zip(out, reference_out) for a, b in zip(x, y)):.1e}"
-            print(f"| {size} | {name} | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% | {ratio} | {diff} |")
-        model.cache_tokens({w for s in text for w in s} | {"<S>", "</S>"})
-        seconds = best_time(lambda: run_batches(model, batches), args.repeats)
-        cached_out = run_batches(model, batches)
-        model.cache_tokens(None)
-        rate = n_tokens / seconds
-        diff = "-"
-        if reference_out is not None:
-            diff = f"{max(float((a - b).abs().max()) for x, y in zip(cached_out, reference_out) for a, b in zip(x, y)):.1e}"
-        print(f"| {size} | fast, token cache (every word cached) | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% "
-              f"| {reference_time / seconds if reference_time else float('nan'):.2f} | {diff} |")
-        model.set_matmul_precision("bf16")
-        seconds = best_time(lambda: run_batches(model, batches), args.repeats)
-        bf16_out = run_batches(model, batches)
-        model.set_matmul_precision("fp32")
-        rate = n_tokens / seconds
-        diff = "-"
-        if reference_out is not None:
-            diff = f"{max(float((a - b).abs().max()) for x, y in zip(bf16_out, reference_out) for a, b in zip(x, y)):.1e}"
-        print(f"| {size} | optional: bf16 matmuls | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% "
-              f"| {reference_time / seconds if reference_time else float('nan'):.2f} | {diff} |")
-        model.stateful = True
-        model.reset_states()
-        seconds = best_time(lambda: run_batches(model, batches), args.repeats)
-        rate = n_tokens / seconds
-        print(f"| {size} | fast, stateful | {rate:,.0f} | {100 * rate * flops / 1e9 / peak:.0f}% | - | - |")
-        model.stateful = False
+        if size in reference_sizes:
+            reference_time = best_time(lambda: run_batches(model, batches, reference=True), 1)
+            reference_out = run_batches(model, batches, reference=True)
+            row(size, "reference (per step, all slots)", n_tokens / reference_time, flops, peak, "1.00", "0")
+        for name, set_up, tear_down in paths:
+            set_up()
+            seconds = best_time(lambda: run_batches(model, batches), args.repeats)
+            if model.stateful:
+                model.reset_states()
+            out = run_batches(model, batches)
+            tear_down()
+            ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
+            diff = "-"
+            if reference_out is not None and not name.endswith("stateful"):
+                diff = f"{max(float((a - b).abs().max()) for x, y in zip(out, reference_out) for a, b in zip(x, y)):.1e}"
+            row(size, name, n_tokens / seconds, flops, peak, ratio, diff)
         sys.stdout.flush()
     print(f"\npeak RSS {peak_rss_mb():,.0f} MB")
 
