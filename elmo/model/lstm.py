@@ -86,8 +86,8 @@ class ProjectedLSTMLayer(nn.Module):
         h, c = state
         w_ih_t, w_hh_t, w_proj_t = self.right_multipliers()  # (In, 4C), (P, 4C), (C, P)
         # the real positions only, time-major: step t's rows are the contiguous slice offsets[t] : offsets[t] + n_t
-        lengths = torch.tensor([sum(1 for n in batch_sizes if n > row) for row in range(batch_sizes[0])]) \
-            if batch_sizes else torch.zeros(0, dtype=torch.long)
+        running = torch.tensor(batch_sizes, dtype=torch.long)  # (T,) rows still running at each step
+        lengths = (running.unsqueeze(0) > torch.arange(batch_sizes[0] if batch_sizes else 0).unsqueeze(1)).sum(1)
         packed = pack_padded_sequence(x[: len(lengths)], lengths, batch_first=True, enforce_sorted=True)
         offsets = [0]
         for n in batch_sizes:
