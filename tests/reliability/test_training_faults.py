@@ -34,7 +34,7 @@ def _losses(run_dir):
 
 def test_sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run(text_slices, tmp_path):
     train, _, vocab = text_slices
-    config = _config_file(tmp_path, checkpoint_every=3, max_steps=24)
+    config = _config_file(tmp_path, checkpoint_every=3, max_steps=60)
     base = [sys.executable, "-m", "elmo", "train", str(train), "--config", str(config), "--quiet"]
     subprocess.run(base + ["--vocab", str(vocab), "--out", str(tmp_path / "straight")], check=True, timeout=300)
 
@@ -51,16 +51,15 @@ def test_sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run(text
             if latest and latest[-1].name != before:
                 break
             time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.4))
+        time.sleep(rng.uniform(0.0, 0.05))  # a random moment shortly after a checkpoint was renamed into place
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
             kills += 1
         process.wait()
-        if list_checkpoints(run) and load_checkpoint(list_checkpoints(run)[-1]).trainer["step"] == 24:
+        if list_checkpoints(run) and load_checkpoint(list_checkpoints(run)[-1]).trainer["step"] == 60:
             break
-        assert not list(run.glob(".step-*")) or True  # a temporary directory may remain; it is never read
     last = list_checkpoints(run)[-1]
-    if load_checkpoint(last).trainer["step"] < 24:
+    if load_checkpoint(last).trainer["step"] < 60:
         subprocess.run(base + ["--resume", str(run), "--out", str(run)], check=True, timeout=300)
     assert kills >= 2
     assert _losses(run) == _losses(tmp_path / "straight")
