@@ -12,7 +12,6 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,8 +38,8 @@ def main() -> None:
     args = parser.parse_args()
     root, bench = str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)
     pool = [" ".join(s) for s in sentences(12_000)]
-    print(f"| sentences | model | sentence_to_index | seconds | sentences/s | peak RSS (MB) |")
-    print(f"| ---: | --- | --- | ---: | ---: | ---: |")
+    print("| sentences | model | sentence_to_index | seconds | sentences/s | peak RSS (MB) |")
+    print("| ---: | --- | --- | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as tmp:
         for count in [int(c) for c in args.counts.split(",")]:
             src = Path(tmp) / f"in{count}.txt"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -63,8 +62,8 @@ def main() -> None:
           f"threads {torch.get_num_threads()}; matmul peak {peak:.0f} GFLOP/s "
           f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
     print()
-    print(f"| batch | path | tokens/s | % of peak | x reference | max abs diff |")
-    print(f"| ---: | --- | ---: | ---: | ---: | ---: |")
+    print("| batch | path | tokens/s | % of peak | x reference | max abs diff |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
     reference_sizes = {int(b) for b in args.reference_batch_sizes.split(",") if b}
     vocabulary = {w for s in text for w in s} | {"<S>", "</S>"}
     # each path: (name, set-up, tear-down); every path runs the same batches

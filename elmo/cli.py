@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 

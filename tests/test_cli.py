@@ -6,7 +6,6 @@ import sys
 
 import h5py
 import numpy as np
-import pytest
 
 from elmo.cli import main
 from tests.conftest import OPTIONS, WEIGHTS

@@ -33,7 +33,8 @@ class FusedLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
         h, c = state
-        lengths = torch.tensor([sum(1 for n in batch_sizes if n > row) for row in range(x.shape[0])])
+        running = torch.tensor(batch_sizes, dtype=torch.long)  # (T,) rows still running at each step
+        lengths = (running.unsqueeze(0) > torch.arange(x.shape[0]).unsqueeze(1)).sum(1)  # (B,)
         steps = len(batch_sizes)
         packed = pack_padded_sequence(x[:, :steps], lengths, batch_first=True, enforce_sorted=True)
         out, (h_n, c_n) = self.lstm(packed, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))

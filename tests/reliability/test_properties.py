@@ -2,7 +2,6 @@
 
 import string
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
