@@ -15,8 +15,10 @@ from elmo.config import ConfigError
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model (a model directory, or the official options + weights pair)")
-    group.add_argument("--model", help="our model directory (config.json + model.safetensors), "
-                                       "or a folder holding options.json and one .hdf5")
+    group.add_argument("--model", help="a name (en, ko: shipped; small, medium, original, original-5.5b: "
+                                       "official, downloaded once), our model directory (config.json + "
+                                       "model.safetensors), or a folder holding options.json and one .hdf5; "
+                                       "default: en")
     group.add_argument("--options", help="official options.json")
     group.add_argument("--weights", help="official weights .hdf5")
 
@@ -47,9 +49,9 @@ def cmd_embed(args: argparse.Namespace) -> None:
 def cmd_show(args: argparse.Namespace) -> None:
     from elmo.embed import Embedder
 
-    embedder = Embedder(_load(args))
-    tokens = args.sentence.split()
-    vectors = embedder.embed(args.sentence)  # (L+1, n, 2P)
+    embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
+    tokens = embedder.tokenize([args.sentence])[0]
+    vectors = embedder.embed([tokens])[0]  # (L+1, n, 2P)
     print(f"{len(tokens)} tokens, {vectors.shape[0]} layers of {vectors.shape[2]} dimensions")
     header = "".join(f"  |layer {k}|" for k in range(vectors.shape[0]))
     print(f"{'token':<16}{header}  top layer, first {args.dims} dims")
@@ -200,6 +202,43 @@ def cmd_baselines(args: argparse.Namespace) -> None:
                   f"mean {result.mean:9.2f}")
 
 
+def _word_occurrences(args: argparse.Namespace):
+    from elmo.context import occurrences, read_labelled_sentences
+    from elmo.embed import Embedder
+
+    sentences, labels = read_labelled_sentences(args.sentences)
+    embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
+    found = occurrences(embedder, args.word, sentences, labels)
+    if not found:
+        raise ValueError(f"{args.sentences}: {args.word!r} does not occur in any of its {len(sentences)} sentences")
+    return sentences, found, embedder
+
+
+def cmd_similar(args: argparse.Namespace) -> None:
+    from elmo.context import nearest, occurrences
+
+    sentences, found, embedder = _word_occurrences(args)
+    layer = -1 if args.layer == "top" else int(args.layer)
+    if args.query:
+        queries = occurrences(embedder, args.word, [args.query], ["query"])
+        if not queries:
+            raise ValueError(f"--query: {args.word!r} does not occur in {args.query!r}")
+    else:
+        queries = found
+    for query in queries:
+        text = args.query if args.query else sentences[query.sentence]
+        print(f"[{query.label}] {text}")
+        for score, other in nearest(query, found, layer, args.k):
+            print(f"    {score:+.3f}  [{other.label}] {sentences[other.sentence]}")
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from elmo.context import plot_word
+
+    _, found, _ = _word_occurrences(args)
+    print(f"wrote {plot_word(found, args.word, args.out)} ({len(found)} occurrences)", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -312,7 +351,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output")
     _add_model_args(p)
     p.set_defaults(func=cmd_dump_token_embeddings)
+    _add_context_commands(sub)
     return parser
+
+
+def _add_context_commands(sub) -> None:
+    for name, help_text in (("similar", "the nearest contexts of a word across a set of sentences (cosine)"),
+                            ("plot", "2-D PCA of a word's vectors at each layer, one panel per layer")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("word")
+        p.add_argument("--sentences", required=True,
+                       help="UTF-8 text, one sentence per line, or label<TAB>sentence to label the points")
+        _add_model_args(p)
+        p.set_defaults(func=cmd_similar if name == "similar" else cmd_plot)
+        if name == "similar":
+            p.add_argument("--query", help="a sentence holding the word: rank the file's occurrences against it")
+            p.add_argument("--layer", default="top", help="top (default) or a layer number (0 = token layer)")
+            p.add_argument("-k", type=int, default=3, help="neighbours to show (default 3)")
+        else:
+            p.add_argument("--out", required=True, help="image to write (png, svg, pdf)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = lambda msg, *a, **k: print(f"warning: {msg}", file=sys.stderr)
             args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError, OSError) as err:
+    except (ConfigError, ValueError, FileNotFoundError, OSError, ImportError) as err:
         print(f"elmo {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

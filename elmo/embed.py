@@ -45,10 +45,17 @@ class Embedder:
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
                         weights: str | Path | None = None, **kwargs) -> "Embedder":
-        """From our model directory, or from the official ``options`` + ``weights`` files."""
+        """From a name ("en" — the default —, "ko", "small", "original", ...), our model directory, or the
+        official ``options`` + ``weights`` files. A shipped model brings the tokenizer its text was trained with."""
+        from elmo import pretrained
         from elmo.io.load import load_bilm
+        from elmo.text.tokenize import get_tokenizer
 
-        return cls(load_bilm(model, options, weights), **kwargs)
+        name = pretrained.DEFAULT_MODEL if model is None and options is None and weights is None else model
+        if "tokenizer" not in kwargs and isinstance(name, str) and pretrained.is_model_name(name):
+            tokenizer_name = pretrained.SHIPPED_TOKENIZERS.get(name)
+            kwargs["tokenizer"] = get_tokenizer(tokenizer_name) if tokenizer_name else None
+        return cls(load_bilm(name, options, weights), **kwargs)
 
     @property
     def dim(self) -> int:

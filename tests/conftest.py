@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,18 @@ def micro_train_config(**changes):
     base = TrainConfig(model=model, batch_size=4, unroll_steps=6, n_negative_samples=64, checkpoint_every=1000,
                        log_every=1, chunk_size=200)
     return base.replace(**changes)
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A local HTTP server on 127.0.0.1 serving ``tmp_path/site``: (folder, base URL)."""
+    root = tmp_path / "site"
+    root.mkdir()
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(root), **k)  # noqa: E731
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.RequestHandlerClass.log_message = lambda *a: None
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()

@@ -36,14 +36,17 @@ def sha256_of(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def fetch(url: str, sha256: str, name: str | None = None, directory: str | Path | None = None,
-          progress: bool = True, timeout: float = 30.0) -> Path:
-    """The verified local copy of ``url``: from the cache if present and intact, otherwise downloaded now."""
-    if not sha256 or len(sha256) != 64:
+def fetch(url: str, sha256: str | None, name: str | None = None, directory: str | Path | None = None,
+          progress: bool = True, timeout: float = 30.0, verify: bool = True) -> Path:
+    """The verified local copy of ``url``: from the cache if present and intact, otherwise downloaded now.
+
+    ``verify=False`` (no pinned hash; the caller records the hash itself) is only for trust-on-first-use.
+    """
+    if verify and (not sha256 or len(sha256) != 64):
         raise DownloadError(f"{url}: no sha256 pinned, refusing to use an unverified download")
     target = Path(directory or cache_dir()) / (name or url.rstrip("/").rsplit("/", 1)[-1])
     if target.is_file():
-        if sha256_of(target) == sha256:
+        if not verify or sha256_of(target) == sha256:
             return target
         target.unlink()  # damaged or replaced: fetch again
     try:
@@ -56,7 +59,7 @@ def fetch(url: str, sha256: str, name: str | None = None, directory: str | Path 
                     out.write(block)
                     digest.update(block)
                     bar.update(len(block))
-            if digest.hexdigest() != sha256:
+            if verify and digest.hexdigest() != sha256:
                 raise DownloadError(f"{url}: sha256 {digest.hexdigest()} does not match the pinned {sha256}; "
                                     f"the file was not kept")
     except (urllib.error.URLError, TimeoutError, ConnectionError) as err:

@@ -11,10 +11,17 @@ from elmo.model.bilm import BiLM
 
 def load_bilm(model: str | Path | None = None, options: str | Path | None = None,
               weights: str | Path | None = None, stateful: bool = False) -> BiLM:
-    """Load a biLM from ``model`` (our directory, or a folder with options.json and one .hdf5) or from
-    ``options`` + ``weights`` (the official pair)."""
+    """Load a biLM from ``model`` (a name such as "en", "ko" or "original"; our directory; or a folder with
+    options.json and one .hdf5) or from ``options`` + ``weights`` (the official pair). Nothing given: "en"."""
+    from elmo import pretrained
+
     if model is not None and (options is not None or weights is not None):
         raise ValueError("give either a model directory or --options and --weights, not both")
+    if model is None and options is None and weights is None:
+        model = pretrained.DEFAULT_MODEL
+    if model is not None and pretrained.is_model_name(str(model)):
+        files = pretrained.resolve(str(model))
+        model, options, weights = files.get("model"), files.get("options"), files.get("weights")
     if model is None:
         if options is None or weights is None:
             raise ValueError("no model: give a model directory, or both the options file and the weight file")

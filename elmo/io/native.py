@@ -25,17 +25,27 @@ class ModelFileError(ValueError):
     """A model directory whose files are missing, corrupt or do not match each other (one line)."""
 
 
-def save_model(model: BiLM, out_dir: str | Path) -> Path:
-    """Write ``model`` as a directory in our format; returns the directory."""
+def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Write ``model`` as a directory in our format; returns the directory.
+
+    ``dtype=torch.float16`` halves the file (the shipped models use it); loading casts back to float32.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    state = {k: _stored(v, dtype) for k, v in model.state_dict().items()}
     with atomic_path(out / WEIGHTS_NAME) as tmp:
         save_file(state, str(tmp), metadata={"format": "elmo", "version": str(FORMAT_VERSION)})
     config = {"format_version": FORMAT_VERSION, **model.config.to_options()}
     with atomic_path(out / CONFIG_NAME) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def _stored(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    tensor = tensor.detach().cpu()
+    if dtype is not None and tensor.is_floating_point():
+        tensor = tensor.to(dtype)
+    return tensor.contiguous()
 
 
 def is_model_dir(path: str | Path) -> bool:

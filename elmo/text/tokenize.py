@@ -35,6 +35,14 @@ def english_tokenize(text: str) -> list[str]:
     return _EN_TOKEN.findall(_HTML_BREAK.sub(" ", text))
 
 
+_KO_TOKEN = re.compile(r"\w+|[^\w\s]+")
+
+
+def korean_tokenize(text: str) -> list[str]:
+    """Eojeol (whitespace words) with runs of punctuation split off: ``"갔다..."`` -> ``갔다 ...``."""
+    return _KO_TOKEN.findall(text)
+
+
 def korean_morpheme_tokenizer() -> Tokenizer:
     """Morpheme tokens from kiwipiepy (``pip install elmo[korean]``); eojeol (whitespace) is the default."""
     try:
@@ -47,13 +55,13 @@ def korean_morpheme_tokenizer() -> Tokenizer:
 
 
 def get_tokenizer(name: str | None) -> Tokenizer:
-    """``None``/"whitespace": pre-tokenised text; "en": English; "ko": eojeol; "ko-morph": kiwipiepy morphemes."""
+    """``None``/"whitespace": pre-tokenised text; "en": English; "ko": eojeol, punctuation split off; "ko-morph": kiwipiepy morphemes."""
     if name in (None, "whitespace", "none"):
         return whitespace_tokenize
     if name == "en":
         return english_tokenize
     if name == "ko":
-        return whitespace_tokenize
+        return korean_tokenize
     if name == "ko-morph":
         return korean_morpheme_tokenizer()
     raise ValueError(f"unknown tokenizer {name!r}: choose whitespace, en, ko or ko-morph")

@@ -1,29 +1,13 @@
 """Downloads checked against their sha256 before use (a local HTTP server on 127.0.0.1), and safe extraction."""
 
 import hashlib
-import http.server
 import io
 import tarfile
-import threading
 import zipfile
 
 import pytest
 
 from elmo.io.download import DownloadError, fetch, safe_extract
-
-
-@pytest.fixture
-def server(tmp_path):
-    root = tmp_path / "site"
-    root.mkdir()
-    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(root), **k)  # noqa: E731
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.RequestHandlerClass.log_message = lambda *a: None
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def test_download_is_verified_cached_and_refetched_when_damaged(server, tmp_path):

@@ -1,0 +1,119 @@
+"""Seeing context: a word's vectors in each sentence where it occurs, its nearest contexts, and a PCA picture.
+
+The same word gets a different vector in each sentence; these helpers make that visible ("bank" of a river vs of
+money, Korean "은행" bank vs ginkgo). In Korean a word is usually followed by particles inside its eojeol
+("은행에", "은행을"), so a token also matches when the word is followed only by Hangul (see ``matches``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from elmo.embed import Embedder
+
+_HANGUL_TAIL = re.compile(r"[\uac00-\ud7a3]{1,4}")
+
+
+@dataclass
+class Occurrence:
+    """One occurrence of the word: which sentence, which token, and its vector at every layer."""
+
+    sentence: int
+    token: int
+    label: str
+    vectors: np.ndarray  # (L+1, D)
+
+
+def matches(token: str, word: str) -> bool:
+    """``token`` is ``word``, or (Korean) ``word`` followed by up to four Hangul syllables of particles."""
+    if token == word:
+        return True
+    return bool(token.startswith(word) and _HANGUL_TAIL.fullmatch(token[len(word):])
+                and _HANGUL_TAIL.fullmatch(word[-1:]))
+
+
+def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels: Sequence[str] | None = None,
+                ) -> list[Occurrence]:
+    """Every occurrence of ``word`` in ``sentences`` with its vectors (sentences without it are not embedded)."""
+    token_lists = embedder.tokenize(list(sentences))
+    wanted = [i for i, tokens in enumerate(token_lists) if any(matches(t, word) for t in tokens)]
+    if not wanted:
+        return []
+    arrays = embedder.embed([token_lists[i] for i in wanted])  # each (L+1, n, D)
+    found = []
+    for i, array in zip(wanted, arrays):
+        label = labels[i] if labels is not None else str(i)
+        found += [Occurrence(i, j, label, array[:, j]) for j, t in enumerate(token_lists[i]) if matches(t, word)]
+    return found
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+def nearest(query: Occurrence, pool: Sequence[Occurrence], layer: int = -1, k: int = 5,
+            ) -> list[tuple[float, Occurrence]]:
+    """The ``k`` occurrences of ``pool`` most similar (cosine at ``layer``) to ``query``, itself excluded."""
+    scored = [(cosine(query.vectors[layer], o.vectors[layer]), o) for o in pool
+              if (o.sentence, o.token) != (query.sentence, query.token)]
+    return sorted(scored, key=lambda pair: -pair[0])[:k]
+
+
+def pca_2d(vectors: np.ndarray) -> np.ndarray:
+    """(N, D) -> (N, 2): the first two principal components (centred SVD); fewer than 2 points stay at 0."""
+    centred = vectors - vectors.mean(axis=0, keepdims=True)
+    if len(vectors) < 2:
+        return np.zeros((len(vectors), 2))
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    points = centred @ vt[:2].T
+    return np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
+
+
+def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_names: Sequence[str] | None = None,
+              ) -> Path:
+    """One panel per layer: the word's occurrences projected on that layer's first two principal components,
+    coloured and labelled by their label. Writes a PNG (or any format matplotlib knows from the suffix)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'elmo[plot]'") from None
+    from elmo.io.atomic import atomic_path
+
+    n_layers = found[0].vectors.shape[0]
+    names = list(layer_names or [f"layer {k}" for k in range(n_layers)])
+    labels = sorted({o.label for o in found})
+    colours = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}
+    figure, axes = plt.subplots(1, n_layers, figsize=(4.2 * n_layers, 4.0), squeeze=False)
+    for layer, axis in enumerate(axes[0]):
+        vectors = np.stack([o.vectors[layer] for o in found])  # (N, D)
+        points = pca_2d(vectors)  # (N, 2)
+        same = bool(np.ptp(vectors, axis=0).max() < 1e-5)  # the token layer ignores context
+        for (x, y), o in zip(points, found):
+            axis.scatter(x, y, color=colours[o.label], s=36)
+            axis.annotate(o.label, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
+        axis.set_title(f"{word}: {names[layer]}" + (" (one vector for all)" if same else ""))
+        axis.set_xticks([])
+        axis.set_yticks([])
+    figure.tight_layout()
+    out = Path(out)
+    with atomic_path(out) as tmp:
+        figure.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
+    plt.close(figure)
+    return out
+
+
+def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str] | None]:
+    """Lines ``sentence`` or ``label<TAB>sentence`` (all lines alike); blank lines skipped."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8").split("\n") if line.strip()]
+    if lines and all("\t" in line for line in lines):
+        pairs = [line.split("\t", 1) for line in lines]
+        return [s for _, s in pairs], [label for label, _ in pairs]
+    return lines, None

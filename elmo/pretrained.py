@@ -1,0 +1,96 @@
+"""Models by name: the ones shipped inside the package ("en", "ko") and the official AllenNLP ones by URL.
+
+Shipped models live in ``elmo/models/<name>/`` (config.json + float16 model.safetensors + MODEL_CARD.md) and need
+no network. Official models are fetched once into the cache directory (``$ELMO_CACHE`` or ``~/.cache/elmo``) and
+checked against their pinned sha256 before use. This release could not pin the official hashes (they were not
+reachable where it was built), so an unpinned entry is only downloaded when the user allows it
+(``ELMO_ALLOW_UNPINNED=1``); its hash is then recorded beside the file and checked on every later use
+("trust on first use"). Offline, the error is one line saying how to pass local files instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from elmo.io.download import DownloadError, cache_dir, fetch, sha256_of
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "models"
+DEFAULT_MODEL = "en"
+SHIPPED_TOKENIZERS = {"en": "en", "ko": "ko"}  # how each shipped model's training text was tokenised
+_S3 = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
+
+
+@dataclass(frozen=True)
+class OfficialModel:
+    """One official AllenNLP/bilm-tf model: its options.json and weights.hdf5 URLs with their sha256."""
+
+    name: str
+    folder: str  # the S3 folder and file prefix, e.g. 2x1024_128_2048cnn_1xhighway
+    options_sha256: str | None = None
+    weights_sha256: str | None = None
+
+    @property
+    def options_url(self) -> str:
+        return f"{_S3}/{self.folder}/elmo_{self.folder}_options.json"
+
+    @property
+    def weights_url(self) -> str:
+        return f"{_S3}/{self.folder}/elmo_{self.folder}_weights.hdf5"
+
+
+OFFICIAL: dict[str, OfficialModel] = {
+    model.name: model
+    for model in (
+        OfficialModel("small", "2x1024_128_2048cnn_1xhighway"),
+        OfficialModel("medium", "2x2048_256_2048cnn_1xhighway"),
+        OfficialModel("original", "2x4096_512_2048cnn_2xhighway"),
+        OfficialModel("original-5.5b", "2x4096_512_2048cnn_2xhighway_5.5B"),
+    )
+}
+
+
+def shipped_names() -> list[str]:
+    """Names of the models inside the package (folders of elmo/models holding a model)."""
+    if not SHIPPED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def known_names() -> list[str]:
+    return shipped_names() + list(OFFICIAL)
+
+
+def is_model_name(name: str | Path) -> bool:
+    """True for a registered name that is not also an existing path (a local folder always wins)."""
+    return isinstance(name, str) and name in known_names() and not Path(name).exists()
+
+
+def resolve(name: str, progress: bool = True) -> dict[str, Path]:
+    """Local files for a model name: ``{"model": dir}`` (shipped) or ``{"options": f, "weights": f}`` (official)."""
+    if name in shipped_names():
+        return {"model": SHIPPED_DIR / name}
+    if name not in OFFICIAL:
+        raise KeyError(f"unknown model name {name!r}: choose one of {', '.join(known_names())}, "
+                       f"or give a model directory")
+    entry = OFFICIAL[name]
+    folder = cache_dir() / entry.folder
+    return {"options": _fetch_pinned(entry.options_url, entry.options_sha256, folder, progress),
+            "weights": _fetch_pinned(entry.weights_url, entry.weights_sha256, folder, progress)}
+
+
+def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) -> Path:
+    """``fetch`` with the registry's hash, or the hash recorded on first use when the registry has none."""
+    name = url.rsplit("/", 1)[-1]
+    record = folder / (name + ".sha256")
+    if sha256 is None and record.is_file():
+        sha256 = record.read_text(encoding="utf-8").strip()
+    if sha256 is not None:
+        return fetch(url, sha256, name=name, directory=folder, progress=progress)
+    if os.environ.get("ELMO_ALLOW_UNPINNED") != "1":
+        raise DownloadError(f"{url}: this release has no pinned sha256 for it; download it yourself and pass "
+                            f"--options/--weights, or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
+    path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False)
+    record.write_text(sha256_of(path) + "\n", encoding="utf-8")
+    return path

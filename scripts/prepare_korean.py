@@ -1,0 +1,84 @@
+"""Build the Korean pretraining text from ../shared/data: one tokenised sentence per line, gzip.
+
+    python scripts/prepare_korean.py --out runs/data/ko
+
+Tokens are eojeol with punctuation split off (``elmo.text.tokenize.korean_tokenize``, the ``--tokenize ko`` of the
+CLI). Writes train.txt.gz (the NSMC raw crawl without the NSMC-rebuilt dev texts, the Blue House petitions split into
+sentences, the KorQuAD dev paragraphs split into sentences) and heldout-nsmc.txt (the 10,000 NSMC-rebuilt dev
+reviews: held-out NSMC text never seen in training; the withheld test reviews are not in the crawl at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+from elmo.text.tokenize import korean_tokenize
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ko"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+csv.field_size_limit(sys.maxsize)
+
+
+def _key(text: str) -> str:
+    return "".join(text.split())
+
+
+def nsmc_dev_texts() -> list[str]:
+    with gzip.open(DATA / "nsmc" / "dev.tsv.gz", "rt", encoding="utf-8", newline="") as f:
+        return [row["text"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def nsmc_reviews(skip: set[str]):
+    with gzip.open(DATA / "nsmc" / "reviews.tsv.gz", "rt", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if _key(row["text"]) not in skip:
+                yield korean_tokenize(row["text"])
+
+
+def petitions():
+    for path in sorted((DATA / "petitions").glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                for sentence in _SENTENCE_END.split(record["title"] + "\n" + record["content"]):
+                    yield korean_tokenize(sentence)
+
+
+def korquad():
+    with gzip.open(DATA / "korquad-dev" / "korquad_v1.0_dev.json.gz", "rt", encoding="utf-8") as f:
+        for article in json.load(f)["data"]:
+            for paragraph in article["paragraphs"]:
+                for sentence in _SENTENCE_END.split(paragraph["context"]):
+                    yield korean_tokenize(sentence)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="runs/data/ko")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = nsmc_dev_texts()
+    sources = {"nsmc": nsmc_reviews({_key(t) for t in dev}), "petitions": petitions(), "korquad": korquad()}
+    sentences = []
+    for name, sentences_of in sources.items():
+        before = len(sentences)
+        sentences += [" ".join(tokens) for tokens in sentences_of if tokens]
+        print(f"{name}: {len(sentences) - before:,} sentences")
+    random.Random(0).shuffle(sentences)
+    with gzip.open(out / "train.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(sentences) + "\n")
+    print(f"train.txt.gz: {len(sentences):,} sentences, {sum(len(s.split()) for s in sentences):,} tokens")
+    held_out = [" ".join(korean_tokenize(t)) for t in dev]
+    (out / "heldout-nsmc.txt").write_text("\n".join(s for s in held_out if s) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Ship a trained checkpoint inside the package: elmo/models/NAME/ (config.json, float16 model.safetensors,
+MODEL_CARD.md with the measured perplexities next to the count-based baselines).
+
+    scripts/evaluate_lm.sh runs/en-ship runs/data/en > runs/en-ship/eval.txt
+    python scripts/ship_model.py runs/en-ship --name en --eval-report runs/en-ship/eval.txt \\
+        --data "..." --tokenisation "..." --train-command "..." --eval-command "scripts/evaluate_lm.sh ..."
+
+The card is generated from the checkpoint (config, steps, tokens seen, training time) and the evaluation report
+(the output of scripts/evaluate_lm.sh), so its numbers are the measured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from elmo.io.checkpoint import load_language_model, resolve_checkpoint
+from elmo.io.atomic import atomic_path
+from elmo.io.native import save_model
+
+ROOT = Path(__file__).resolve().parents[1]
+_LM_LINE = re.compile(r"tokens (\d+)\s+forward ([\d.]+)\s+backward ([\d.]+)\s+mean ([\d.]+)")
+_BASELINE_LINE = re.compile(r"(\S+)\s+(unigram|kn-trigram)\s+forward\s+([\d.]+)\s+backward\s+([\d.]+)\s+mean\s+([\d.]+)")
+
+
+def parse_report(text: str) -> list[dict]:
+    """Rows per held-out file: tokens, the LM's forward/backward/mean perplexity and each baseline's mean."""
+    rows: dict[str, dict] = {}
+    current = None
+    for line in text.split("\n"):
+        if line.startswith("== ") and not line.startswith("== baselines"):
+            current = line[3:].strip()
+            rows[current] = {"set": current}
+        elif (m := _LM_LINE.search(line)) and current:
+            rows[current].update(tokens=int(m[1]), forward=float(m[2]), backward=float(m[3]), mean=float(m[4]))
+        elif m := _BASELINE_LINE.search(line):
+            name = Path(m[1]).name
+            rows.setdefault(name, {"set": name})[m[2]] = float(m[5])
+    return list(rows.values())
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| held-out set | tokens | ELMo forward | ELMo backward | ELMo mean | unigram | KN trigram | beats both |",
+             "|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    for r in rows:
+        beats = "yes" if r["mean"] < min(r["unigram"], r["kn-trigram"]) else "no"
+        lines.append(f"| {r['set']} | {r['tokens']:,} | {r['forward']:.1f} | {r['backward']:.1f} | {r['mean']:.1f} "
+                     f"| {r['unigram']:.1f} | {r['kn-trigram']:.1f} | {beats} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="run directory or checkpoint")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--eval-report", required=True, help="output of scripts/evaluate_lm.sh")
+    parser.add_argument("--data", required=True, help="what the model was trained on (markdown)")
+    parser.add_argument("--tokenisation", required=True)
+    parser.add_argument("--train-command", required=True)
+    parser.add_argument("--eval-command", required=True)
+    parser.add_argument("--notes", default="", help="anything else the card must say (markdown)")
+    args = parser.parse_args()
+
+    checkpoint = resolve_checkpoint(args.run)
+    bilm, softmax, vocab = load_language_model(checkpoint)
+    trainer = json.loads((checkpoint / "trainer.json").read_text())
+    out = ROOT / "elmo" / "models" / args.name
+    save_model(bilm, out, dtype=torch.float16)
+    n_params = sum(p.numel() for p in bilm.parameters())
+    size_mb = (out / "model.safetensors").stat().st_size / 1e6
+    rows = parse_report(Path(args.eval_report).read_text(encoding="utf-8"))
+    c = bilm.config
+    card = f"""# Shipped model `{args.name}`
+
+`Embedder.from_pretrained("{args.name}")`, `elmo embed --model {args.name} ...`: no network needed.
+
+## Data
+{args.data}
+
+## Tokenisation
+{args.tokenisation}
+
+## Model
+Character CNN: filters {c.char_cnn.filters} ({sum(n for _, n in c.char_cnn.filters):,} in all), {c.char_cnn.n_highway}
+highway layer(s), char embedding {c.char_cnn.embedding_dim}; biLSTM: {c.lstm.n_layers} layers, {c.lstm.dim} cells,
+projection {c.lstm.projection_dim}, skip connections {c.lstm.use_skip_connections}, cell clip {c.lstm.cell_clip},
+projection clip {c.lstm.proj_clip}. {n_params:,} parameters in the biLM (the softmax over the {len(vocab):,}-word
+vocabulary is used in training only and is not shipped). Stored as float16 safetensors: {size_mb:.1f} MB.
+
+## Training
+{trainer['step']:,} steps, {trainer['tokens_seen']:,} tokens seen, {trainer['elapsed'] / 3600:.2f} hours on this
+project's 2-core CPU machine (sharing it with other work). Command:
+
+```
+{args.train_command}
+```
+
+## Held-out perplexity
+Full-softmax perplexity of the forward and backward LMs over the {len(vocab):,}-word vocabulary (out-of-vocabulary
+words count as `<UNK>`, for the LM and the baselines alike; `</S>` is predicted, `<S>` is not); "mean" is the
+geometric mean of the two directions. The baselines are trained on the same training text with the same
+vocabulary. Measured on the float32 checkpoint before the float16 rounding. Command:
+
+```
+{args.eval_command}
+```
+
+{table(rows)}
+
+{args.notes}
+"""
+    with atomic_path(out / "MODEL_CARD.md") as tmp:
+        tmp.write_text(card, encoding="utf-8")
+    print(f"wrote {out} ({size_mb:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()

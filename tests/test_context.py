@@ -1,0 +1,49 @@
+"""`elmo similar` and `elmo plot`: a word's contexts, nearest neighbours and PCA panels (on the fixture model)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elmo.cli import main
+from elmo.context import Occurrence, matches, nearest, pca_2d
+from tests.conftest import OPTIONS, WEIGHTS
+
+MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
+
+
+def test_korean_particles_match_but_other_words_do_not():
+    assert matches("은행에", "은행") and matches("은행", "은행") and matches("은행나무", "은행")
+    assert not matches("bankrupt", "bank") and not matches("배", "배우") and not matches("은행.", "은행")
+
+
+def test_pca_finds_the_direction_of_largest_spread():
+    rng = np.random.default_rng(0)
+    points = np.outer(rng.normal(size=50), [3.0, 4.0, 0.0]) + 0.01 * rng.normal(size=(50, 3))
+    projected = pca_2d(points)  # (50, 2)
+    assert projected.shape == (50, 2)
+    assert np.var(projected[:, 0]) > 1000 * np.var(projected[:, 1])
+    assert pca_2d(points[:1]).shape == (1, 2)
+
+
+def test_nearest_ranks_by_cosine_and_skips_itself():
+    make = lambda i, v: Occurrence(i, 0, str(i), np.array(v, dtype=float))  # noqa: E731
+    query, a, b = make(0, [[1.0, 0.0]]), make(1, [[0.0, 1.0]]), make(2, [[1.0, 0.1]])
+    ranked = nearest(query, [query, a, b], layer=0, k=5)
+    assert [o.sentence for _, o in ranked] == [2, 1]
+    assert ranked[0][0] > 0.99 and abs(ranked[1][0]) < 1e-9
+
+
+def test_similar_and_plot_commands(tmp_path, capsys):
+    sentences = tmp_path / "s.tsv"
+    sentences.write_text("money\tI took money from the bank .\nriver\tThe bank of the river .\n"
+                         "other\tNothing here .\n", encoding="utf-8")
+    assert main(["similar", "bank", "--sentences", str(sentences), *MODEL]) == 0
+    out = capsys.readouterr().out
+    assert "[money] I took money from the bank ." in out and out.count("[river]") == 2
+    assert main(["similar", "bank", "--sentences", str(sentences), "--query", "A bank loan .", "--layer", "0",
+                 *MODEL]) == 0
+    assert "[query] A bank loan ." in capsys.readouterr().out
+    assert main(["plot", "bank", "--sentences", str(sentences), "--out", str(tmp_path / "p.png"), *MODEL]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", "absent", "--sentences", str(sentences), "--out", str(tmp_path / "q.png"), *MODEL]) == 2
+    assert "does not occur" in capsys.readouterr().err

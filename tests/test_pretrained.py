@@ -1,0 +1,96 @@
+"""Models by name: official ones downloaded once from their URL (a local HTTP server here) and verified; the
+names resolve through every entry point (Embedder.from_pretrained, load_bilm, the CLI's --model)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from elmo import pretrained
+from elmo.cli import main
+from elmo.embed import Embedder
+from elmo.io.download import DownloadError
+from elmo.io.load import load_bilm
+from tests.conftest import OPTIONS, WEIGHTS
+
+SENTENCE = "The cryptocurrency bank collapsed ."
+
+
+@pytest.fixture
+def official_small(server, tmp_path, monkeypatch):
+    """The registry's "small" entry served from 127.0.0.1 (the fixture model under the official file names)."""
+    root, url = server
+    entry = pretrained.OFFICIAL["small"]
+    folder = root / entry.folder
+    folder.mkdir()
+    shutil.copy(OPTIONS, folder / f"elmo_{entry.folder}_options.json")
+    shutil.copy(WEIGHTS, folder / f"elmo_{entry.folder}_weights.hdf5")
+    monkeypatch.setattr(pretrained, "_S3", url)
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ELMO_ALLOW_UNPINNED", raising=False)
+    digests = {name: hashlib.sha256(path.read_bytes()).hexdigest()
+               for name, path in (("options", OPTIONS), ("weights", WEIGHTS))}
+    return entry, folder, digests
+
+
+def test_official_name_downloads_once_verifies_and_embeds(official_small, monkeypatch, fixture_model):
+    entry, served, digests = official_small
+    monkeypatch.setitem(pretrained.OFFICIAL, "small", replace(entry, options_sha256=digests["options"],
+                                                              weights_sha256=digests["weights"]))
+    got = Embedder.from_pretrained("small").embed(SENTENCE)  # (L+1, n, D)
+    expected = Embedder(fixture_model).embed(SENTENCE)
+    assert np.array_equal(got, expected)
+    shutil.rmtree(served)  # the server no longer has it: the verified cache answers
+    assert np.array_equal(Embedder.from_pretrained("small").embed(SENTENCE), expected)
+
+
+def test_a_download_that_does_not_match_its_pin_is_refused(official_small, monkeypatch):
+    entry, _, digests = official_small
+    monkeypatch.setitem(pretrained.OFFICIAL, "small", replace(entry, options_sha256=digests["options"],
+                                                              weights_sha256="0" * 64))
+    with pytest.raises(DownloadError, match="does not match the pinned"):
+        load_bilm("small")
+    assert not list((pretrained.cache_dir() / entry.folder).glob("*.hdf5"))  # nothing unverified kept
+
+
+def test_unpinned_official_models_need_consent_then_are_pinned_on_first_use(official_small, monkeypatch):
+    entry, served, _ = official_small
+    with pytest.raises(DownloadError, match="ELMO_ALLOW_UNPINNED=1"):
+        load_bilm("small")
+    monkeypatch.setenv("ELMO_ALLOW_UNPINNED", "1")
+    load_bilm("small")
+    monkeypatch.delenv("ELMO_ALLOW_UNPINNED")
+    load_bilm("small")  # the recorded hash now verifies the cached files
+    weights = pretrained.cache_dir() / entry.folder / f"elmo_{entry.folder}_weights.hdf5"
+    weights.write_bytes(b"tampered")
+    shutil.rmtree(served)
+    with pytest.raises(DownloadError, match="cannot download"):
+        load_bilm("small")
+
+
+def test_offline_the_cli_says_how_to_pass_local_files(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(pretrained, "_S3", "http://127.0.0.1:9")  # nothing listens on port 9
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path))
+    monkeypatch.setitem(pretrained.OFFICIAL, "medium", replace(pretrained.OFFICIAL["medium"],
+                                                               options_sha256="a" * 64, weights_sha256="b" * 64))
+    assert main(["show", "a b", "--model", "medium"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--options/--weights" in err
+
+
+def test_unknown_names_and_missing_paths_are_one_clear_error(capsys):
+    assert main(["show", "a b", "--model", "no-such-model"]) == 2
+    assert "not a model directory" in capsys.readouterr().err
+
+
+def test_a_local_folder_named_like_a_model_wins(tmp_path, monkeypatch):
+    folder = tmp_path / "small"
+    folder.mkdir()
+    shutil.copy(OPTIONS, folder / "options.json")
+    shutil.copy(WEIGHTS, folder / "weights.hdf5")
+    monkeypatch.chdir(tmp_path)
+    assert load_bilm("small").config.lstm.dim == 64  # the local folder, no download attempted
