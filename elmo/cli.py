@@ -352,7 +352,75 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p)
     p.set_defaults(func=cmd_dump_token_embeddings)
     _add_context_commands(sub)
+    _add_task_commands(sub)
     return parser
+
+
+def cmd_task_train(args: argparse.Namespace) -> None:
+    from elmo.tasks.commands import train_task
+
+    config = train_task(args.task, args.train, args.dev, args.out, model=args.model or "en", fmt=args.format,
+                        input_mode=args.input, epochs=args.epochs, hidden_dim=args.hidden, tokenize=args.tokenize,
+                        cache=args.cache, max_items=args.max_items, seed=args.seed, learning_rate=args.lr,
+                        batch_size=args.batch_size, progress=not args.quiet)
+    print(f"dev {config.metric} per epoch: {' '.join(f'{m:.4f}' for m in config.history)}; best "
+          f"{max(config.history):.4f}; saved {args.out}")
+
+
+def cmd_task_eval(args: argparse.Namespace) -> None:
+    from elmo.tasks.commands import evaluate_task
+
+    config, metric = evaluate_task(args.task_model, args.data, args.format, args.cache, args.max_items,
+                                   progress=not args.quiet)
+    print(f"{args.data}: {config.task} {config.metric} {metric:.4f} (input {config.input}, model {config.model})")
+
+
+def cmd_task_predict(args: argparse.Namespace) -> None:
+    from elmo.tasks.commands import predict_task
+
+    lines = [line for line in open(args.input, encoding="utf-8").read().split("\n") if line.strip()]
+    for result in predict_task(args.task_model, lines, args.cache):
+        print(result if isinstance(result, str) else " ".join(f"{t}/{tag}" for t, tag in result))
+
+
+def _add_task_commands(sub) -> None:
+    task = sub.add_parser("task", help="downstream tasks on the frozen biLM: train, eval, predict")
+    tsub = task.add_subparsers(dest="task_command", required=True)
+    p = tsub.add_parser("train", help="train a tagger (ner, pos) or a classifier on cached biLM features")
+    p.add_argument("task", choices=("ner", "pos", "classify"))
+    p.add_argument("--train", required=True)
+    p.add_argument("--dev", required=True, help="labelled dev file: the best epoch on it is kept")
+    p.add_argument("--model", help="the biLM: a name (en, ko, ...) or directory (default en)")
+    p.add_argument("--out", required=True, help="directory for the task model (task.json + head.safetensors)")
+    p.add_argument("--input", default="mix", help="mix (learned scalar mix, default), token (the "
+                                                  "context-independent baseline) or a layer number")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--hidden", type=int, default=128, help="BiLSTM size of the head")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_task_train)
+    _task_data_args(p)
+    p = tsub.add_parser("eval", help="a task model's F1 (ner) or accuracy on a labelled file")
+    p.add_argument("task_model")
+    p.add_argument("--data", required=True)
+    p.set_defaults(func=cmd_task_eval)
+    _task_data_args(p)
+    p = tsub.add_parser("predict", help="tags or labels for raw text, one sentence per line")
+    p.add_argument("task_model")
+    p.add_argument("--input", required=True)
+    p.add_argument("--cache", help="feature cache directory")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_task_predict)
+
+
+def _task_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", help="conll2003, wnut17, conllu, conllu-xpos, kmou (tagging); sst, stsa, tsv "
+                                    "(classification); default conll2003 / conllu / tsv by task")
+    p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
+    p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
+    p.add_argument("--max-items", type=int, help="use only the first N examples of each file (quick runs)")
+    p.add_argument("--quiet", action="store_true")
 
 
 def _add_context_commands(sub) -> None:

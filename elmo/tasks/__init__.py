@@ -1,0 +1,1 @@
+"""Downstream tasks (NER, POS tagging, sentiment, WSD): dataset readers and task helpers."""

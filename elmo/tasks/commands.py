@@ -1,0 +1,113 @@
+"""What ``elmo task train|eval|predict`` do, as library functions: read a data set in a named format, get its
+cached biLM features, and train, score or apply a task head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from elmo.embed import Embedder
+from elmo.io.download import cache_dir
+from elmo.tasks import readers
+from elmo.tasks.features import FeatureCache, cached_features
+from elmo.tasks.train import TaskConfig, load_task, predict, save_task, score, train_head
+
+# format name -> reader; tagged formats give TaggedSentence, the others LabelledText
+FORMATS: dict[str, Callable] = {
+    "conll2003": readers.read_conll2003,
+    "wnut17": readers.read_wnut17,
+    "conllu": readers.read_conllu,
+    "conllu-xpos": lambda path: readers.read_conllu(path, column="xpos"),
+    "kmou": readers.read_kmou_ner,
+    "sst": readers.read_sst_trees,
+    "stsa": readers.read_stsa,
+    "tsv": readers.read_label_text_tsv,
+}
+DEFAULT_FORMAT = {"ner": "conll2003", "pos": "conllu", "classify": "tsv"}
+TAGGED = {"conll2003", "wnut17", "conllu", "conllu-xpos", "kmou"}
+
+
+def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items: int | None = None,
+                  ) -> tuple[list, list[str] | list[list[str]]]:
+    """(inputs, gold labels): token lists and tag lists for taggers, raw texts and labels for classification."""
+    fmt = fmt or DEFAULT_FORMAT[task]
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if (task == "classify") == (fmt in TAGGED):
+        raise ValueError(f"format {fmt!r} does not fit task {task!r} (tagged formats: {', '.join(sorted(TAGGED))})")
+    items = FORMATS[fmt](path)[:max_items]
+    if not items:
+        raise ValueError(f"{path}: no examples read (format {fmt})")
+    if fmt in TAGGED:
+        return [s.tokens for s in items], [s.tags for s in items]
+    return [s.text for s in items], [s.label for s in items]
+
+
+def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, progress: bool,
+                 ) -> tuple[FeatureCache, list[list[str]]]:
+    token_lists = [t for t in embedder.tokenize(inputs)]
+    empty = [i for i, t in enumerate(token_lists) if not t]
+    if empty:
+        raise ValueError(f"example {empty[0] + 1} has no tokens after tokenisation; remove empty examples")
+    return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
+
+
+def _encode(labels: list[str], gold: list) -> list:
+    index = {label: i for i, label in enumerate(labels)}
+    if gold and isinstance(gold[0], list):
+        return [[index[t] for t in tags] for tags in gold]
+    return [index[g] for g in gold]
+
+
+def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str | Path, model: str = "en",
+               fmt: str | None = None, input_mode: str = "mix", epochs: int = 10, hidden_dim: int = 128,
+               tokenize: str | None = None, cache: str | Path | None = None, max_items: int | None = None,
+               seed: int = 0, learning_rate: float = 1e-3, batch_size: int = 32,
+               progress: bool = True) -> TaskConfig:
+    """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``."""
+    train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
+    dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_items)
+    embedder = _embedder(model, tokenize)
+    train_cache, _ = features_for(embedder, train_inputs, cache, progress)
+    dev_cache, _ = features_for(embedder, dev_inputs, cache, progress)
+    flat = lambda gold: [t for g in gold for t in (g if isinstance(g, list) else [g])]  # noqa: E731
+    labels = sorted(set(flat(train_gold)) | set(flat(dev_gold)))
+    config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
+                        input=input_mode, model=str(model), tokenize=tokenize, hidden_dim=hidden_dim, epochs=epochs,
+                        seed=seed, learning_rate=learning_rate, batch_size=batch_size)
+    head = train_head(config, train_cache, _encode(labels, train_gold), dev_cache, _encode(labels, dev_gold),
+                      progress)
+    save_task(out, head, config)
+    return config
+
+
+def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None, cache: str | Path | None = None,
+                  max_items: int | None = None, progress: bool = True) -> tuple[TaskConfig, float]:
+    """The saved head's metric (F1 or accuracy) on a labelled file."""
+    head, config = load_task(task_dir)
+    inputs, gold = read_examples(config.task, data, fmt, max_items)
+    unknown = sorted({t for g in gold for t in (g if isinstance(g, list) else [g])} - set(config.labels))
+    if unknown:
+        raise ValueError(f"{data}: labels the model never saw: {', '.join(unknown[:5])}")
+    features, _ = features_for(_embedder(config.model, config.tokenize), inputs, cache, progress)
+    return config, score(config, predict(head, features), _encode(config.labels, gold))
+
+
+def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path | None = None,
+                 progress: bool = False) -> list:
+    """Predicted labels for raw sentences: a (token, tag) list per sentence, or one label per text."""
+    head, config = load_task(task_dir)
+    features, token_lists = features_for(_embedder(config.model, config.tokenize), sentences, cache, progress)
+    predicted = predict(head, features)
+    if config.task == "classify":
+        return [config.labels[p] for p in predicted]
+    return [[(t, config.labels[p]) for t, p in zip(tokens, tags)] for tokens, tags in zip(token_lists, predicted)]
+
+
+def _embedder(model: str, tokenize: str | None) -> Embedder:
+    from elmo.text.tokenize import get_tokenizer
+
+    embedder = Embedder.from_pretrained(model)
+    if tokenize is not None:
+        embedder.tokenizer = get_tokenizer(tokenize)
+    return embedder

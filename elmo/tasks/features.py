@@ -1,0 +1,88 @@
+"""Cached biLM features: a data set is embedded once (every layer, every token) and task heads train from disk.
+
+The biLM is frozen, so its outputs for a data set never change; on a CPU running it is most of the cost of an
+experiment. One HDF5 file per (model, sentences) pair holds ``vectors`` (N_tokens, L+1, D) in float16 and
+``offsets`` (S+1,), sentence i being rows offsets[i]:offsets[i+1]. The file name is a hash of the model's weights
+file and the token lists, so a changed data set or model never reads a stale cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+from tqdm.auto import tqdm
+
+from elmo.embed import Embedder
+from elmo.io.atomic import atomic_path
+
+
+class FeatureCache:
+    """Read access to a cache file: ``cache[i]`` is sentence i's (n_i, L+1, D) float32 array."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        with h5py.File(self.path, "r") as f:
+            self.offsets = f["offsets"][()]  # (S+1,)
+            self.vectors = f["vectors"][()]  # (N, L+1, D) float16, held in memory: ~1.5 kB per token
+        self.n_layers, self.dim = self.vectors.shape[1:]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.vectors[self.offsets[i] : self.offsets[i + 1]].astype(np.float32)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def cache_key(model_id: str, token_lists: Sequence[Sequence[str]]) -> str:
+    digest = hashlib.sha256(model_id.encode("utf-8"))
+    digest.update(json.dumps([list(t) for t in token_lists], ensure_ascii=False).encode("utf-8"))
+    return digest.hexdigest()[:24]
+
+
+def model_id(embedder: Embedder) -> str:
+    """What identifies the biLM's outputs: a hash of its weights (cheap next to embedding a data set)."""
+    digest = hashlib.sha256(json.dumps(embedder.bilm.config.to_options(), sort_keys=True).encode())
+    for name, tensor in sorted(embedder.bilm.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def build_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], path: str | Path,
+                   progress: bool = True) -> FeatureCache:
+    """Embed every sentence (all layers) into ``path``, written atomically; returns the cache."""
+    lengths = np.array([len(t) for t in token_lists], dtype=np.int64)
+    if (lengths == 0).any():
+        raise ValueError(f"sentence {int(np.argmax(lengths == 0))} has no tokens; drop empty sentences first")
+    offsets = np.concatenate([[0], np.cumsum(lengths)])  # (S+1,)
+    n_layers, dim = embedder.bilm.config.n_output_layers, embedder.dim
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("offsets", data=offsets)
+        vectors = f.create_dataset("vectors", shape=(int(offsets[-1]), n_layers, dim), dtype=np.float16)
+        bar = tqdm(total=len(token_lists), unit="sent", desc="features", disable=not progress)
+        for indices in embedder.batches(token_lists):
+            arrays = embedder.embed_tokens([token_lists[i] for i in indices])  # each (L+1, n, D)
+            for i, array in zip(indices, arrays):
+                vectors[offsets[i] : offsets[i + 1]] = array.transpose(1, 0, 2).astype(np.float16)
+            bar.update(len(indices))
+        bar.close()
+    return FeatureCache(path)
+
+
+def cached_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], cache_dir: str | Path,
+                    progress: bool = True) -> FeatureCache:
+    """The cache for these sentences under this model: reused when it exists, built otherwise."""
+    path = Path(cache_dir) / f"features-{cache_key(model_id(embedder), token_lists)}.h5"
+    if path.is_file():
+        return FeatureCache(path)
+    return build_features(embedder, token_lists, path, progress)

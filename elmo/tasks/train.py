@@ -1,0 +1,168 @@
+"""Training, evaluating and saving task heads on cached features (the biLM stays frozen and is not run here).
+
+Each epoch goes over the training sentences in a shuffled order, in batches of similar lengths; after each epoch
+the dev metric (span F1 from seqeval for NER, accuracy otherwise) is measured and the best epoch's weights kept.
+A task model is saved in our format: ``task.json`` (the config below) + ``head.safetensors``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from elmo.io.atomic import atomic_path
+from elmo.tasks.features import FeatureCache
+from elmo.tasks.heads import SequenceTagger, TextClassifier
+
+TASKS = ("ner", "pos", "classify")
+
+
+@dataclass
+class TaskConfig:
+    """Everything needed to rebuild a task head and to feed it: sizes, labels, and the biLM it reads."""
+
+    task: str
+    labels: list[str]
+    n_layers: int
+    dim: int
+    input: str = "mix"  # mix | token | a layer number
+    model: str = "en"  # the biLM (name or directory) whose features the head reads
+    tokenize: str | None = None
+    hidden_dim: int = 128
+    dropout: float = 0.5
+    use_crf: bool = True
+    epochs: int = 10
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    mix_l2: float = 0.001
+    seed: int = 0
+    history: list[float] = field(default_factory=list)  # dev metric after each epoch
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}: choose one of {', '.join(TASKS)}")
+
+    @property
+    def metric(self) -> str:
+        return "f1" if self.task == "ner" else "accuracy"
+
+
+def build_head(config: TaskConfig) -> torch.nn.Module:
+    if config.task == "classify":
+        return TextClassifier(config.n_layers, config.dim, len(config.labels), config.input, config.hidden_dim,
+                              config.dropout)
+    return SequenceTagger(config.n_layers, config.dim, len(config.labels), config.input, config.hidden_dim,
+                          config.dropout, use_crf=config.use_crf and config.task == "ner")
+
+
+def collate(cache: FeatureCache, indices: Sequence[int], targets: Sequence | None = None):
+    """Padded features (B, T, L+1, D), lengths (B,), and targets: (B, T) tags or (B,) labels (or None)."""
+    arrays = [cache[i] for i in indices]
+    lengths = torch.tensor([len(a) for a in arrays])
+    features = torch.zeros(len(arrays), int(lengths.max()), cache.n_layers, cache.dim)  # (B, T, L+1, D)
+    for row, array in enumerate(arrays):
+        features[row, : len(array)] = torch.from_numpy(array)
+    if targets is None:
+        return features, lengths, None
+    if isinstance(targets[indices[0]], (list, tuple)):
+        padded = torch.zeros(len(arrays), features.shape[1], dtype=torch.long)  # (B, T)
+        for row, i in enumerate(indices):
+            padded[row, : len(targets[i])] = torch.tensor(targets[i])
+        return features, lengths, padded
+    return features, lengths, torch.tensor([targets[i] for i in indices])
+
+
+def length_buckets(lengths: np.ndarray, batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Shuffled batches of sentences of similar length (sorted within chunks of 50 batches)."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    chunk = batch_size * 50
+    batches = []
+    for start in range(0, len(order), chunk):
+        part = sorted(order[start : start + chunk], key=lambda i: lengths[i])
+        batches += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def predict(head: torch.nn.Module, cache: FeatureCache, batch_size: int = 64) -> list:
+    """Predicted label ids: a list per sentence (taggers) or one per text (classifier), in cache order."""
+    head.eval()
+    order = sorted(range(len(cache)), key=lambda i: cache.lengths()[i])
+    out: list = [None] * len(cache)
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        features, lengths, _ = collate(cache, indices)
+        for i, p in zip(indices, head.predict(features, lengths)):
+            out[i] = p
+    return out
+
+
+def score(config: TaskConfig, predicted: Sequence, gold: Sequence) -> float:
+    """seqeval span F1 (CoNLL's measure) for NER; token or text accuracy otherwise."""
+    if config.task == "ner":
+        from seqeval.metrics import f1_score
+
+        name = lambda seq: [config.labels[t] for t in seq]  # noqa: E731
+        return float(f1_score([name(g) for g in gold], [name(p) for p in predicted]))
+    if config.task == "classify":
+        return float(np.mean([p == g for p, g in zip(predicted, gold)]))
+    pairs = [(p, g) for ps, gs in zip(predicted, gold) for p, g in zip(ps, gs)]
+    return float(np.mean([p == g for p, g in pairs]))
+
+
+def train_head(config: TaskConfig, train: FeatureCache, train_targets: Sequence, dev: FeatureCache,
+               dev_targets: Sequence, progress: bool = True) -> torch.nn.Module:
+    """Train for ``config.epochs``; returns the head at its best dev epoch (history in ``config.history``)."""
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    head = build_head(config)
+    optimizer = torch.optim.Adam(head.parameters(), lr=config.learning_rate)
+    best, best_state = -1.0, None
+    config.history = []
+    for epoch in range(config.epochs):
+        head.train()
+        batches = length_buckets(train.lengths(), config.batch_size, rng)
+        for indices in tqdm(batches, desc=f"epoch {epoch + 1}", disable=not progress, leave=False):
+            features, lengths, targets = collate(train, indices, train_targets)
+            loss = head.loss(features, lengths, targets) + config.mix_l2 * head.input.penalty()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
+            optimizer.step()
+        metric = score(config, predict(head, dev), dev_targets)
+        config.history.append(metric)
+        if progress:
+            tqdm.write(f"epoch {epoch + 1}: dev {config.metric} {metric:.4f}")
+        if metric > best:
+            best, best_state = metric, {k: v.detach().clone() for k, v in head.state_dict().items()}
+    head.load_state_dict(best_state)
+    return head.eval()
+
+
+def save_task(out_dir: str | Path, head: torch.nn.Module, config: TaskConfig) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "head.safetensors") as tmp:
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
+    with atomic_path(out / "task.json") as tmp:
+        tmp.write_text(json.dumps(asdict(config), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
+
+
+def load_task(path: str | Path) -> tuple[torch.nn.Module, TaskConfig]:
+    root = Path(path)
+    if not (root / "task.json").is_file() or not (root / "head.safetensors").is_file():
+        raise FileNotFoundError(f"{root}: not a task model (task.json + head.safetensors from `elmo task train`)")
+    config = TaskConfig(**json.loads((root / "task.json").read_text(encoding="utf-8")))
+    head = build_head(config)
+    head.load_state_dict(load_file(str(root / "head.safetensors")), strict=True)
+    return head.eval(), config

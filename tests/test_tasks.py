@@ -1,0 +1,124 @@
+"""Downstream task heads on cached features: the CRF against brute force, the feature cache, and every
+`elmo task` pipeline end to end on small slices of the real data sets (with the tiny fixture biLM)."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from elmo.cli import main
+from elmo.embed import Embedder
+from elmo.tasks.features import cached_features
+from elmo.tasks.heads import CRF, LayerInput
+from tests.conftest import OPTIONS, WEIGHTS
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fixture-model")
+    shutil.copy(OPTIONS, folder / "options.json")
+    shutil.copy(WEIGHTS, folder / "weights.hdf5")
+    return folder
+
+
+def test_crf_likelihood_and_viterbi_match_brute_force():
+    torch.manual_seed(0)
+    crf = CRF(3)
+    for p in crf.parameters():
+        torch.nn.init.normal_(p)
+    emissions = torch.randn(2, 4, 3)  # (B, T, K)
+    mask = torch.tensor([[True] * 4, [True, True, True, False]])
+    paths = [tags for n in (4, 3) for tags in itertools.product(range(3), repeat=n)]
+    for b, n in enumerate((4, 3)):
+        def total(tags):
+            s = crf.start[tags[0]] + crf.end[tags[-1]] + sum(emissions[b, t, k] for t, k in enumerate(tags))
+            return s + sum(crf.transitions[a, c] for a, c in zip(tags, tags[1:]))
+        candidates = [p for p in paths if len(p) == n]
+        scores = torch.stack([total(p) for p in candidates])
+        gold = candidates[5]
+        padded = torch.tensor(list(gold) + [0] * (4 - n)).unsqueeze(0)
+        nll = crf.nll(emissions[b : b + 1], padded, mask[b : b + 1])
+        assert torch.allclose(nll, torch.logsumexp(scores, 0) - total(gold), atol=1e-5)
+        assert crf.decode(emissions[b : b + 1], mask[b : b + 1])[0] == list(candidates[int(scores.argmax())])
+
+
+def test_layer_input_modes():
+    features = torch.randn(2, 5, 3, 8)  # (B, T, L+1, D)
+    assert torch.equal(LayerInput(3, "token")(features), features[:, :, 0])
+    assert torch.equal(LayerInput(3, "2")(features), features[:, :, 2])
+    assert torch.allclose(LayerInput(3, "mix")(features), features.mean(2), atol=1e-6)  # w = 0, gamma = 1
+    with pytest.raises(ValueError, match="layer number below 3"):
+        LayerInput(3, "7")
+
+
+def test_feature_cache_is_reused_and_matches_the_embedder(model_dir, tmp_path):
+    embedder = Embedder.from_pretrained(str(model_dir))
+    sentences = [["The", "bank", "."], ["A", "river", "bank", "flooded", "."]]
+    cache = cached_features(embedder, sentences, tmp_path, progress=False)
+    expected = embedder.embed(sentences)
+    for i in range(2):
+        assert np.allclose(cache[i], expected[i].transpose(1, 0, 2), atol=2e-3)  # float16 storage
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1
+    again = cached_features(embedder, sentences, tmp_path, progress=False)
+    assert again.path == cache.path and len(list(tmp_path.iterdir())) == 1
+    cached_features(embedder, sentences[:1], tmp_path, progress=False)
+    assert len(list(tmp_path.iterdir())) == 2  # different sentences, different file
+
+
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+
+
+@needs_data
+@pytest.mark.parametrize("task,fmt,train,dev,extra", [
+    ("ner", "conll2003", "en/conll2003/train.txt.gz", "en/conll2003/valid.txt.gz", []),
+    ("pos", "conllu", "en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/ud-ewt/en_ewt-ud-dev.conllu.gz", []),
+    ("pos", "conllu", "ko/ud-gsd/ko_gsd-ud-train.conllu.gz", "ko/ud-gsd/ko_gsd-ud-dev.conllu.gz", []),
+    ("ner", "kmou", "ko/kmou-ner/ner.train.gz", "ko/kmou-ner/ner.dev.gz", []),
+    ("classify", "tsv", "ko/nsmc/train.tsv.gz", "ko/nsmc/dev.tsv.gz", ["--tokenize", "ko"]),
+    ("classify", "sst", "en/sst/trees/train.txt.gz", "en/sst/trees/dev.txt.gz", []),
+])
+def test_task_pipelines_end_to_end(task, fmt, train, dev, extra, model_dir, tmp_path, capsys):
+    if not (DATA / train).is_file():
+        pytest.skip(f"{train} not present")
+    out = tmp_path / "task"
+    common = ["--format", fmt, "--cache", str(tmp_path / "cache"), "--max-items", "40", "--quiet"]
+    assert main(["task", "train", task, "--train", str(DATA / train), "--dev", str(DATA / dev), "--model",
+                 str(model_dir), "--out", str(out), "--epochs", "2", "--hidden", "16", *common, *extra]) == 0
+    assert "best" in capsys.readouterr().out
+    assert main(["task", "eval", str(out), "--data", str(DATA / dev), *common]) == 0
+    metric = float(capsys.readouterr().out.split()[-5])
+    assert 0.0 <= metric <= 1.0
+    (tmp_path / "raw.txt").write_text("The bank is closed .\n은행 에 갔다\n", encoding="utf-8")
+    assert main(["task", "predict", str(out), "--input", str(tmp_path / "raw.txt"), "--cache",
+                 str(tmp_path / "cache")]) == 0
+    assert len(capsys.readouterr().out.strip().split("\n")) == 2
+
+
+@needs_data
+def test_pos_tagger_learns_beyond_the_majority_tag(model_dir, tmp_path):
+    from elmo.tasks.commands import train_task
+
+    ewt = DATA / "en/ud-ewt"
+    config = train_task("pos", ewt / "en_ewt-ud-train.conllu.gz", ewt / "en_ewt-ud-dev.conllu.gz", tmp_path / "t",
+                        model=str(model_dir), epochs=4, hidden_dim=32, cache=tmp_path / "c", max_items=300,
+                        learning_rate=1e-2, batch_size=8, progress=False)
+    assert max(config.history) > 0.35  # the most frequent tag (NOUN) is about 17% of EWT dev tokens
+
+
+def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.conll"
+    bad.write_text("EU NNP B-NP B-ORG\nrejects VBZ\n", encoding="utf-8")
+    assert main(["task", "train", "ner", "--train", str(bad), "--dev", str(bad), "--model", str(model_dir),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert f"{bad}:2:" in capsys.readouterr().err
+    assert main(["task", "train", "classify", "--format", "conllu", "--train", str(bad), "--dev", str(bad),
+                 "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "does not fit task" in capsys.readouterr().err
