@@ -353,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_dump_token_embeddings)
     _add_context_commands(sub)
     _add_task_commands(sub)
+    _add_probe_commands(sub)
     return parser
 
 
@@ -421,6 +422,75 @@ def _task_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
     p.add_argument("--max-items", type=int, help="use only the first N examples of each file (quick runs)")
     p.add_argument("--quiet", action="store_true")
+
+
+def _print_layer_table(title: str, metric: str, results: dict[str, float]) -> None:
+    print(title)
+    print(f"{'reading':<22}{metric:>10}")
+    for name, value in results.items():
+        print(f"{name:<22}{100 * value:>10.2f}")
+
+
+def cmd_probe(args: argparse.Namespace) -> None:
+    from elmo.embed import Embedder
+    from elmo.io.download import cache_dir
+    from elmo.tasks import probes
+
+    if args.probe == "word2vec":
+        from elmo.data.corpus import SentenceSource, expand_files
+        from elmo.text.tokenize import get_tokenizer
+
+        source = SentenceSource(expand_files(args.files), get_tokenizer(args.tokenize), shuffle=False, loop=False)
+        sentences = list(_sentences(source))[: args.max_sentences]
+        out = probes.train_word2vec(sentences, args.out, dim=args.dim, epochs=args.epochs)
+        print(f"wrote {out} (word2vec on {len(sentences):,} sentences)", file=sys.stderr)
+        return
+    embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
+    static = probes.load_word_vectors(args.static) if args.static else None
+    cache = args.cache or cache_dir() / "features"
+    if args.probe == "pos":
+        results = probes.probe_pos(embedder, args.train, args.dev, cache, static, args.max_sentences,
+                                   args.epochs, args.column, progress=not args.quiet)
+        _print_layer_table(f"POS probe ({args.column}, linear classifier), dev: {args.dev}", "accuracy", results)
+    else:
+        results = probes.probe_wsd(embedder, args.semcor_xml, args.semcor_keys, args.eval_xml, args.eval_keys,
+                                   args.wordnet, cache, static, args.max_sentences, progress=not args.quiet)
+        _print_layer_table(f"WSD probe (1-NN sense vectors from SemCor), eval: {args.eval_xml}", "F1", results)
+
+
+def _add_probe_commands(sub) -> None:
+    probe = sub.add_parser("probe", help="the paper's layer analyses: POS and WSD per layer, word2vec baseline")
+    psub = probe.add_subparsers(dest="probe", required=True)
+    p = psub.add_parser("pos", help="a linear POS classifier on each layer (CoNLL-U train/dev)")
+    p.add_argument("--train", required=True)
+    p.add_argument("--dev", required=True)
+    p.add_argument("--column", choices=("upos", "xpos"), default="upos")
+    p.add_argument("--epochs", type=int, default=5)
+    _probe_common(p)
+    p = psub.add_parser("wsd", help="1-NN sense vectors per layer (SemCor -> a Raganato-format set)")
+    p.add_argument("--semcor-xml", required=True)
+    p.add_argument("--semcor-keys", required=True)
+    p.add_argument("--eval-xml", required=True)
+    p.add_argument("--eval-keys", required=True)
+    p.add_argument("--wordnet", required=True, help="WordNet 3.0 index.sense (plain or .gz)")
+    _probe_common(p)
+    p = psub.add_parser("word2vec", help="train the static baseline (gensim word2vec) on pretraining text")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--out", required=True, help="word2vec text file to write")
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--tokenize", default=None)
+    p.add_argument("--max-sentences", type=int)
+    p.set_defaults(func=cmd_probe)
+
+
+def _probe_common(p: argparse.ArgumentParser) -> None:
+    _add_model_args(p)
+    p.add_argument("--static", help="word2vec text file for the static baseline (from `elmo probe word2vec`)")
+    p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
+    p.add_argument("--max-sentences", type=int, help="use only the first N training sentences")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_probe)
 
 
 def _add_context_commands(sub) -> None:

@@ -122,3 +122,30 @@ def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert main(["task", "train", "classify", "--format", "conllu", "--train", str(bad), "--dev", str(bad),
                  "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "does not fit task" in capsys.readouterr().err
+
+
+@needs_data
+def test_probe_commands_print_a_row_per_layer_and_the_static_baseline(model_dir, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(["the bank of the river", "money in the bank", "a river runs"] * 50) + "\n")
+    w2v = tmp_path / "w2v.txt"
+    assert main(["probe", "word2vec", str(text), "--out", str(w2v), "--dim", "8", "--epochs", "1"]) == 0
+    common = ["--model", str(model_dir), "--static", str(w2v), "--cache", str(tmp_path / "c"),
+              "--max-sentences", "30", "--quiet"]
+    ewt = DATA / "en/ud-ewt"
+    assert main(["probe", "pos", "--train", str(ewt / "en_ewt-ud-train.conllu.gz"), "--dev",
+                 str(ewt / "en_ewt-ud-dev.conllu.gz"), "--epochs", "1", *common]) == 0
+    out = capsys.readouterr().out
+    for row in ("layer 0", "layer 1", "layer 2", "mix", "word2vec"):
+        assert f"\n{row}" in out
+    wsd = DATA / "en/wsd"
+    assert main(["probe", "wsd", "--semcor-xml", str(wsd / "semcor/semcor.data.xml.gz"), "--semcor-keys",
+                 str(wsd / "semcor/semcor.gold.key.txt.gz"), "--eval-xml",
+                 str(wsd / "semeval2007/semeval2007.data.xml.gz"), "--eval-keys",
+                 str(wsd / "semeval2007/semeval2007.gold.key.txt.gz"), "--wordnet",
+                 str(DATA / "en/wordnet/index.sense.gz"), *common]) == 0
+    out = capsys.readouterr().out
+    rows = {line[:22].strip(): float(line[22:]) for line in out.strip().split("\n")[2:]}
+    assert set(rows) == {"layer 0", "layer 1", "layer 2", "mean of layers", "word2vec (context)",
+                         "first WordNet sense"}
+    assert abs(rows["first WordNet sense"] - 55.16) < 0.01  # 251 / 455 on SemEval-2007, the known baseline
