@@ -362,7 +362,8 @@ def cmd_task_train(args: argparse.Namespace) -> None:
 
     config = train_task(args.task, args.train, args.dev, args.out, model=args.model or "en", fmt=args.format,
                         input_mode=args.input, epochs=args.epochs, hidden_dim=args.hidden, tokenize=args.tokenize,
-                        cache=args.cache, max_items=args.max_items, seed=args.seed, learning_rate=args.lr,
+                        cache=args.cache, max_items=args.max_items, max_dev=args.max_dev, seed=args.seed,
+                        learning_rate=args.lr,
                         batch_size=args.batch_size, progress=not args.quiet)
     print(f"dev {config.metric} per epoch: {' '.join(f'{m:.4f}' for m in config.history)}; best "
           f"{max(config.history):.4f}; saved {args.out}")
@@ -400,6 +401,7 @@ def _add_task_commands(sub) -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-dev", type=int, help="use only the first N dev examples")
     p.set_defaults(func=cmd_task_train)
     _task_data_args(p)
     p = tsub.add_parser("eval", help="a task model's F1 (ner) or accuracy on a labelled file")
@@ -420,7 +422,7 @@ def _task_data_args(p: argparse.ArgumentParser) -> None:
                                     "(classification); default conll2003 / conllu / tsv by task")
     p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
-    p.add_argument("--max-items", type=int, help="use only the first N examples of each file (quick runs)")
+    p.add_argument("--max-items", type=int, help="use only the first N examples (training file for train)")
     p.add_argument("--quiet", action="store_true")
 
 

@@ -91,7 +91,8 @@ def test_task_pipelines_end_to_end(task, fmt, train, dev, extra, model_dir, tmp_
     out = tmp_path / "task"
     common = ["--format", fmt, "--cache", str(tmp_path / "cache"), "--max-items", "40", "--quiet"]
     assert main(["task", "train", task, "--train", str(DATA / train), "--dev", str(DATA / dev), "--model",
-                 str(model_dir), "--out", str(out), "--epochs", "2", "--hidden", "16", *common, *extra]) == 0
+                 str(model_dir), "--out", str(out), "--epochs", "2", "--hidden", "16", "--max-dev", "40", *common,
+                 *extra]) == 0
     assert "best" in capsys.readouterr().out
     assert main(["task", "eval", str(out), "--data", str(DATA / dev), *common]) == 0
     metric = float(capsys.readouterr().out.split()[-5])
@@ -109,7 +110,7 @@ def test_pos_tagger_learns_beyond_the_majority_tag(model_dir, tmp_path):
     ewt = DATA / "en/ud-ewt"
     config = train_task("pos", ewt / "en_ewt-ud-train.conllu.gz", ewt / "en_ewt-ud-dev.conllu.gz", tmp_path / "t",
                         model=str(model_dir), epochs=4, hidden_dim=32, cache=tmp_path / "c", max_items=300,
-                        learning_rate=1e-2, batch_size=8, progress=False)
+                        max_dev=300, learning_rate=1e-2, batch_size=8, progress=False)
     assert max(config.history) > 0.35  # the most frequent tag (NOUN) is about 17% of EWT dev tokens
 
 

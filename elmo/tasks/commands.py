@@ -62,11 +62,12 @@ def _encode(labels: list[str], gold: list) -> list:
 def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str | Path, model: str = "en",
                fmt: str | None = None, input_mode: str = "mix", epochs: int = 10, hidden_dim: int = 128,
                tokenize: str | None = None, cache: str | Path | None = None, max_items: int | None = None,
-               seed: int = 0, learning_rate: float = 1e-3, batch_size: int = 32,
+               max_dev: int | None = None, seed: int = 0, learning_rate: float = 1e-3, batch_size: int = 32,
                progress: bool = True) -> TaskConfig:
-    """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``."""
+    """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``; ``max_items`` /
+    ``max_dev`` keep only the first examples of each file (quick runs)."""
     train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
-    dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_items)
+    dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
     embedder = _embedder(model, tokenize)
     train_cache, _ = features_for(embedder, train_inputs, cache, progress)
     dev_cache, _ = features_for(embedder, dev_inputs, cache, progress)

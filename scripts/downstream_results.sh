@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The README's downstream table: every task with the learned mix of the shipped biLM and with the token layer only
+# (the context-independent baseline), plus the two probes. Dev sets only (the test splits are withheld).
+#   scripts/downstream_results.sh [OUT_DIR]      (about 40 minutes on 2 CPU cores)
+# Two heads train at once with one thread each; the mix and token runs of a task share one feature cache.
+set -euo pipefail
+out=${1:-runs/tasks}
+D=${DATA:-../shared/data}
+EPOCHS=${EPOCHS:-5}
+NSMC_TRAIN=${NSMC_TRAIN:-20000}   # NSMC-rebuilt has 140,000 training reviews; a slice keeps the run short
+mkdir -p "$out"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+jobs() {  # name | arguments of `elmo task train`
+  cat <<JOBS
+ner-conll2003|ner --format conll2003 --train $D/en/conll2003/train.txt.gz --dev $D/en/conll2003/valid.txt.gz --model en
+pos-ewt|pos --format conllu --train $D/en/ud-ewt/en_ewt-ud-train.conllu.gz --dev $D/en/ud-ewt/en_ewt-ud-dev.conllu.gz --model en
+sst5|classify --format sst --train $D/en/sst/trees/train.txt.gz --dev $D/en/sst/trees/dev.txt.gz --model en
+nsmc|classify --format tsv --train $D/ko/nsmc/train.tsv.gz --dev $D/ko/nsmc/dev.tsv.gz --model ko --max-items $NSMC_TRAIN
+pos-gsd|pos --format conllu --train $D/ko/ud-gsd/ko_gsd-ud-train.conllu.gz --dev $D/ko/ud-gsd/ko_gsd-ud-dev.conllu.gz --model ko
+ner-kmou|ner --format kmou --train $D/ko/kmou-ner/ner.train.gz --dev $D/ko/kmou-ner/ner.dev.gz --model ko
+JOBS
+}
+run() {  # $1 = input mode, $2 = "name|args"
+  name=${2%%|*}; args="${2#*|} $EXTRA"
+  log="$out/$name-$1.log"
+  echo "elmo task train $args --input $1 --epochs $EPOCHS --out $out/$name-$1 --quiet" > "$log"
+  elmo task train $args --input "$1" --epochs "$EPOCHS" --out "$out/$name-$1" --quiet >> "$log" 2>&1
+}
+EXTRA=${EXTRA:-}  # e.g. EXTRA="--max-items 50 --max-dev 50" for a smoke run
+export -f run; export out EPOCHS EXTRA
+for mode in mix token; do
+  jobs | xargs -P 2 -I{} bash -c "run $mode '{}'"
+done
+W2V=${W2V:-runs/w2v-en.txt}
+[ -f "$W2V" ] || elmo probe word2vec runs/data/en/train.txt.gz --out "$W2V" --dim 256 --epochs 5
+export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
+PROBE_EXTRA=${PROBE_EXTRA:-}  # e.g. "--max-sentences 100"
+elmo probe pos --model en --train $D/en/ud-ewt/en_ewt-ud-train.conllu.gz --dev $D/en/ud-ewt/en_ewt-ud-dev.conllu.gz \
+  --static "$W2V" --quiet $PROBE_EXTRA > "$out/probe-pos.txt"
+elmo probe wsd --model en --semcor-xml $D/en/wsd/semcor/semcor.data.xml.gz --semcor-keys $D/en/wsd/semcor/semcor.gold.key.txt.gz \
+  --eval-xml $D/en/wsd/semeval2007/semeval2007.data.xml.gz --eval-keys $D/en/wsd/semeval2007/semeval2007.gold.key.txt.gz \
+  --wordnet $D/en/wordnet/index.sense.gz --static "$W2V" --quiet $PROBE_EXTRA > "$out/probe-wsd.txt"
+for f in "$out"/*.log; do echo "== $f"; cat "$f"; done
+cat "$out/probe-pos.txt" "$out/probe-wsd.txt"
