@@ -42,8 +42,20 @@ def cmd_embed(args: argparse.Namespace) -> None:
     n = embed_file(model, args.input, args.output, layers=layers,
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
-                   device=args.device, resume=args.resume)
+                   device=args.device, resume=args.resume, tokenizer=_embed_tokenizer(args))
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
+
+
+def _embed_tokenizer(args: argparse.Namespace):
+    """--tokenize, else the shipped model's own tokenizer, else None (whitespace, as AllenNLP)."""
+    from elmo import pretrained
+    from elmo.text.tokenize import get_tokenizer
+
+    name = args.tokenize
+    if name is None and args.options is None:
+        model = args.model or pretrained.DEFAULT_MODEL
+        name = pretrained.SHIPPED_TOKENIZERS.get(model) if pretrained.is_model_name(model) else None
+    return None if name is None else get_tokenizer(name)
 
 
 def cmd_show(args: argparse.Namespace) -> None:
@@ -244,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("embed", help="embed a text file (one sentence per line) into HDF5, AllenNLP's layout")
-    p.add_argument("input", help="UTF-8 text, one whitespace-tokenised sentence per line")
+    p.add_argument("input", help="UTF-8 text, one sentence per line (whitespace-tokenised unless --tokenize)")
     p.add_argument("output", help="HDF5 file to write")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="every layer: (L+1, n_tokens, 2P) per sentence")
@@ -263,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true",
                    help="matrix products in bfloat16: faster on CPUs with bf16 units (AMX), values about 1e-2 off")
     p.add_argument("--cache-vocab", help="vocabulary file whose words' token vectors are computed once (faster)")
+    p.add_argument("--tokenize", help="en, ko, ko-morph or whitespace (default: a shipped model's own tokenizer, "
+                                      "otherwise whitespace)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_embed)

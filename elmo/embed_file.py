@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 import h5py
 import torch
@@ -39,8 +39,11 @@ class Line:
     tokens: list[str]
 
 
-def read_lines(path: str | Path, errors: str = "strict") -> Iterator[Line]:
-    """Stream a UTF-8 text file's lines (split on '\\n' only; CRLF accepted), stripped and whitespace-tokenised."""
+def read_lines(path: str | Path, errors: str = "strict",
+               tokenizer: Callable[[str], list[str]] | None = None) -> Iterator[Line]:
+    """Stream a UTF-8 text file's lines (split on '\\n' only; CRLF accepted), stripped and tokenised
+    (whitespace unless a ``tokenizer`` is given)."""
+    split = tokenizer or str.split
     path = Path(path)
     with open(path, "rb") as f:
         for number, raw in enumerate(f):
@@ -49,7 +52,7 @@ def read_lines(path: str | Path, errors: str = "strict") -> Iterator[Line]:
             except UnicodeDecodeError as err:
                 raise InputFileError(f"{path}, line {number + 1}: invalid UTF-8 at byte {err.start} "
                                      f"(use --errors replace to substitute U+FFFD)") from None
-            yield Line(number, text, text.split())
+            yield Line(number, text, split(text))
 
 
 def count_lines(path: str | Path) -> int:
@@ -69,7 +72,8 @@ def _unterminated_last(path: str | Path) -> int:
 def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
                batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
                errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu",
-               resume: bool = False, chunk_size: int | None = None) -> int:
+               resume: bool = False, chunk_size: int | None = None,
+               tokenizer: Callable[[str], list[str]] | None = None) -> int:
     """Embed every line of ``input_path`` into ``output_path``; returns the number of sentences.
 
     With a stateful ``bilm`` the lines run in file order, ``batch_size`` per batch, each line keeping its row
@@ -87,7 +91,9 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     bilm = bilm.to(device).eval()
     parts = PartStore(Path(str(output_path) + ".parts"),
-                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors), resume)
+                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors)
+                      | {"tokenizer": getattr(tokenizer, "__name__", "custom") if tokenizer else "whitespace"},
+                      resume)
     if bilm.stateful and parts.completed:
         bilm._carrier.state = parts.carried_state(parts.completed - 1)
     sentence_to_index: dict[str, str] = {}
@@ -96,7 +102,7 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     if bilm.stateful:
         chunk_size = batch_size  # one batch per chunk, in file order
     chunk_size = chunk_size or max(batch_size * 16, 1024)
-    lines = read_lines(input_path, errors)
+    lines = read_lines(input_path, errors, tokenizer)
     with tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
         number = 0
         while chunk := list(islice(lines, chunk_size)):
