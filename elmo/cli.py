@@ -229,8 +229,11 @@ def _word_occurrences(args: argparse.Namespace):
 def cmd_similar(args: argparse.Namespace) -> None:
     from elmo.context import nearest, occurrences
 
+    layer = -1 if args.layer == "top" else int(args.layer) if args.layer.lstrip("-").isdigit() else None
     sentences, found, embedder = _word_occurrences(args)
-    layer = -1 if args.layer == "top" else int(args.layer)
+    n_layers = found[0].vectors.shape[0]
+    if layer is None or not -n_layers <= layer < n_layers:
+        raise ValueError(f"--layer {args.layer}: give 'top' or a layer number from 0 to {n_layers - 1}")
     if args.query:
         queries = occurrences(embedder, args.word, [args.query], ["query"])
         if not queries:
@@ -418,6 +421,7 @@ def _add_task_commands(sub) -> None:
     p.add_argument("--max-dev", type=int, help="use only the first N dev examples")
     p.set_defaults(func=cmd_task_train)
     _task_data_args(p)
+    p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
     p = tsub.add_parser("eval", help="a task model's F1 (ner) or accuracy on a labelled file")
     p.add_argument("task_model")
     p.add_argument("--data", required=True)
@@ -434,7 +438,6 @@ def _add_task_commands(sub) -> None:
 def _task_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="conll2003, wnut17, conllu, conllu-xpos, kmou (tagging); sst, stsa, tsv "
                                     "(classification); default conll2003 / conllu / tsv by task")
-    p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
     p.add_argument("--max-items", type=int, help="use only the first N examples (training file for train)")
     p.add_argument("--quiet", action="store_true")

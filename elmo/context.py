@@ -16,7 +16,10 @@ import numpy as np
 
 from elmo.embed import Embedder
 
-_HANGUL_TAIL = re.compile(r"[\uac00-\ud7a3]{1,4}")
+# common Korean particles (josa), up to two in a row ("은행에서는"); other Hangul after the word makes another word
+_PARTICLE = "(?:이|가|은|는|을|를|의|에|에서|에게|한테|께|로|으로|와|과|도|만|까지|부터|처럼|보다|이나|나|랑|이랑|하고|이다|이야|야|요)"
+_PARTICLES = re.compile(f"{_PARTICLE}{{1,2}}")
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
 
 @dataclass
@@ -30,11 +33,12 @@ class Occurrence:
 
 
 def matches(token: str, word: str) -> bool:
-    """``token`` is ``word``, or (Korean) ``word`` followed by up to four Hangul syllables of particles."""
+    """``token`` is ``word``, or (Korean) ``word`` followed by one or two particles: 은행에, 은행에서는 — but not
+    은행나무 or 은행원, which are other words."""
     if token == word:
         return True
-    return bool(token.startswith(word) and _HANGUL_TAIL.fullmatch(token[len(word):])
-                and _HANGUL_TAIL.fullmatch(word[-1:]))
+    return bool(token.startswith(word) and _HANGUL.fullmatch(word[-1:])
+                and _PARTICLES.fullmatch(token[len(word):]))
 
 
 def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels: Sequence[str] | None = None,
@@ -59,8 +63,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 def nearest(query: Occurrence, pool: Sequence[Occurrence], layer: int = -1, k: int = 5,
             ) -> list[tuple[float, Occurrence]]:
     """The ``k`` occurrences of ``pool`` most similar (cosine at ``layer``) to ``query``, itself excluded."""
-    scored = [(cosine(query.vectors[layer], o.vectors[layer]), o) for o in pool
-              if (o.sentence, o.token) != (query.sentence, query.token)]
+    scored = [(cosine(query.vectors[layer], o.vectors[layer]), o) for o in pool if o is not query]
     return sorted(scored, key=lambda pair: -pair[0])[:k]
 
 

@@ -11,9 +11,11 @@ reachable where it was built), so an unpinned entry is only downloaded when the 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmo.io.atomic import atomic_path
 from elmo.io.download import DownloadError, cache_dir, fetch, sha256_of
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"
@@ -85,12 +87,16 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
     name = url.rsplit("/", 1)[-1]
     record = folder / (name + ".sha256")
     if sha256 is None and record.is_file():
-        sha256 = record.read_text(encoding="utf-8").strip()
+        sha256 = record.read_text(encoding="utf-8").strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise DownloadError(f"{record}: damaged hash record; delete it (and {folder / name}) to download again")
     if sha256 is not None:
-        return fetch(url, sha256, name=name, directory=folder, progress=progress)
+        return fetch(url, sha256.lower(), name=name, directory=folder, progress=progress)
     if os.environ.get("ELMO_ALLOW_UNPINNED") != "1":
         raise DownloadError(f"{url}: this release has no pinned sha256 for it; download it yourself and pass "
                             f"--options/--weights, or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
+    (folder / name).unlink(missing_ok=True)  # a file without a record was never trusted: download afresh
     path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False)
-    record.write_text(sha256_of(path) + "\n", encoding="utf-8")
+    with atomic_path(record) as tmp:
+        tmp.write_text(sha256_of(path) + "\n", encoding="utf-8")
     return path

@@ -55,10 +55,11 @@ _FIGURES: list[str] = []
 
 @pytest.fixture
 def report():
-    """``report("what", value)`` records a measured figure for the end-of-run summary."""
-    def record(what: str, value: float) -> None:
-        _FIGURES.append(f"{what}: {value:.2e}")
-        print(f"{what}: {value:.2e}")
+    """``report("what", value)`` records a measured figure for the end-of-run summary (or a whole line of text)."""
+    def record(what: str, value: float | None = None) -> None:
+        line = what if value is None else f"{what}: {value:.2e}"
+        _FIGURES.append(line)
+        print(line)
     return record
 
 

@@ -12,8 +12,10 @@ MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
 
 
 def test_korean_particles_match_but_other_words_do_not():
-    assert matches("은행에", "은행") and matches("은행", "은행") and matches("은행나무", "은행")
-    assert not matches("bankrupt", "bank") and not matches("배", "배우") and not matches("은행.", "은행")
+    assert matches("은행에", "은행") and matches("은행", "은행") and matches("은행에서는", "은행")
+    assert matches("배가", "배") and matches("배를", "배")
+    assert not matches("bankrupt", "bank") and not matches("배우", "배") and not matches("은행.", "은행")
+    assert not matches("은행나무", "은행") and not matches("은행원", "은행")
 
 
 def test_pca_finds_the_direction_of_largest_spread():
@@ -42,7 +44,10 @@ def test_similar_and_plot_commands(tmp_path, capsys):
     assert "[money] I took money from the bank ." in out and out.count("[river]") == 2
     assert main(["similar", "bank", "--sentences", str(sentences), "--query", "A bank loan .", "--layer", "0",
                  *MODEL]) == 0
-    assert "[query] A bank loan ." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[query] A bank loan ." in out and out.count("[money]") == 1 and out.count("[river]") == 1
+    assert main(["similar", "bank", "--sentences", str(sentences), "--layer", "9", *MODEL]) == 2
+    assert "--layer" in capsys.readouterr().err
     assert main(["plot", "bank", "--sentences", str(sentences), "--out", str(tmp_path / "p.png"), *MODEL]) == 0
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", "absent", "--sentences", str(sentences), "--out", str(tmp_path / "q.png"), *MODEL]) == 2

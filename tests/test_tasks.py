@@ -150,3 +150,33 @@ def test_probe_commands_print_a_row_per_layer_and_the_static_baseline(model_dir,
     assert set(rows) == {"layer 0", "layer 1", "layer 2", "mean of layers", "word2vec (context)",
                          "first WordNet sense"}
     assert abs(rows["first WordNet sense"] - 55.16) < 0.01  # 251 / 455 on SemEval-2007, the known baseline
+
+
+@needs_data
+def test_saved_task_models_refuse_damage_and_a_different_bilm(model_dir, tmp_path, capsys):
+    from elmo.tasks.commands import train_task
+
+    ewt = DATA / "en/ud-ewt"
+    out = tmp_path / "t"
+    train_task("pos", ewt / "en_ewt-ud-train.conllu.gz", ewt / "en_ewt-ud-dev.conllu.gz", out, model=str(model_dir),
+               epochs=1, hidden_dim=8, cache=tmp_path / "c", max_items=20, max_dev=20, progress=False)
+    other = tmp_path / "other-model"
+    shutil.copytree(model_dir, other)
+    import h5py
+
+    with h5py.File(other / "weights.hdf5", "r+") as f:  # same shapes, different weights
+        f["char_embed"][1] += 0.5
+    import json
+
+    record = json.loads((out / "task.json").read_text())
+    (out / "task.json").write_text(json.dumps(record | {"model": str(other)}))
+    data = ["--data", str(ewt / "en_ewt-ud-dev.conllu.gz"), "--max-items", "5", "--quiet"]
+    assert main(["task", "eval", str(out), *data]) == 2
+    assert "not the one this task model was trained on" in capsys.readouterr().err
+    (out / "head.safetensors").write_bytes(b"garbage")
+    assert main(["task", "eval", str(out), *data]) == 2
+    assert "not a valid task model" in capsys.readouterr().err
+    assert main(["task", "train", "pos", "--train", str(ewt / "en_ewt-ud-dev.conllu.gz"), "--dev",
+                 str(ewt / "en_ewt-ud-dev.conllu.gz"), "--model", str(model_dir), "--out", str(tmp_path / "z"),
+                 "--epochs", "0", "--max-items", "5", "--quiet"]) == 2
+    assert "epochs must be at least 1" in capsys.readouterr().err

@@ -8,6 +8,7 @@ the download. Offline, the error says how to pass local files instead.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import tarfile
 import urllib.error
@@ -62,7 +63,7 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
             if verify and digest.hexdigest() != sha256:
                 raise DownloadError(f"{url}: sha256 {digest.hexdigest()} does not match the pinned {sha256}; "
                                     f"the file was not kept")
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
         reason = getattr(err, "reason", err)
         raise DownloadError(f"{url}: cannot download ({reason}); offline, download it elsewhere and pass the "
                             f"local files (--options/--weights or --model)") from None

@@ -9,8 +9,8 @@ from typing import Callable
 from elmo.embed import Embedder
 from elmo.io.download import cache_dir
 from elmo.tasks import readers
-from elmo.tasks.features import FeatureCache, cached_features
-from elmo.tasks.train import TaskConfig, load_task, predict, save_task, score, train_head
+from elmo.tasks.features import FeatureCache, cached_features, model_id
+from elmo.tasks.train import TaskConfig, load_task, predict, prepare_output, save_task, score, train_head
 
 # format name -> reader; tagged formats give TaggedSentence, the others LabelledText
 FORMATS: dict[str, Callable] = {
@@ -66,6 +66,7 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
                progress: bool = True) -> TaskConfig:
     """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``; ``max_items`` /
     ``max_dev`` keep only the first examples of each file (quick runs)."""
+    prepare_output(out)
     train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
     dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
     embedder = _embedder(model, tokenize)
@@ -74,7 +75,8 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     flat = lambda gold: [t for g in gold for t in (g if isinstance(g, list) else [g])]  # noqa: E731
     labels = sorted(set(flat(train_gold)) | set(flat(dev_gold)))
     config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
-                        input=input_mode, model=str(model), tokenize=tokenize, hidden_dim=hidden_dim, epochs=epochs,
+                        input=input_mode, model=_model_reference(model), tokenize=tokenize, hidden_dim=hidden_dim,
+                        epochs=epochs, model_id=model_id(embedder),
                         seed=seed, learning_rate=learning_rate, batch_size=batch_size)
     head = train_head(config, train_cache, _encode(labels, train_gold), dev_cache, _encode(labels, dev_gold),
                       progress)
@@ -90,7 +92,7 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
     unknown = sorted({t for g in gold for t in (g if isinstance(g, list) else [g])} - set(config.labels))
     if unknown:
         raise ValueError(f"{data}: labels the model never saw: {', '.join(unknown[:5])}")
-    features, _ = features_for(_embedder(config.model, config.tokenize), inputs, cache, progress)
+    features, _ = features_for(_checked_embedder(config), inputs, cache, progress)
     return config, score(config, predict(head, features), _encode(config.labels, gold))
 
 
@@ -98,11 +100,27 @@ def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path |
                  progress: bool = False) -> list:
     """Predicted labels for raw sentences: a (token, tag) list per sentence, or one label per text."""
     head, config = load_task(task_dir)
-    features, token_lists = features_for(_embedder(config.model, config.tokenize), sentences, cache, progress)
+    features, token_lists = features_for(_checked_embedder(config), sentences, cache, progress)
     predicted = predict(head, features)
     if config.task == "classify":
         return [config.labels[p] for p in predicted]
     return [[(t, config.labels[p]) for t, p in zip(tokens, tags)] for tokens, tags in zip(token_lists, predicted)]
+
+
+def _model_reference(model: str | Path) -> str:
+    """A name stays a name; a directory is stored as an absolute path (eval may run from elsewhere)."""
+    from elmo import pretrained
+
+    return str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
+
+
+def _checked_embedder(config: TaskConfig) -> Embedder:
+    """The biLM the head was trained on; a different one (an updated model, another directory) is refused."""
+    embedder = _embedder(config.model, config.tokenize)
+    if config.model_id and model_id(embedder) != config.model_id:
+        raise ValueError(f"the biLM {config.model!r} is not the one this task model was trained on "
+                         f"(its weights differ); retrain the task model")
+    return embedder
 
 
 def _embedder(model: str, tokenize: str | None) -> Embedder:

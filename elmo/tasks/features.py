@@ -21,6 +21,9 @@ from elmo.embed import Embedder
 from elmo.io.atomic import atomic_path
 
 
+FEATURES_VERSION = "1"  # bump when the way features are computed changes: old caches are then not reused
+
+
 class FeatureCache:
     """Read access to a cache file: ``cache[i]`` is sentence i's (n_i, L+1, D) float32 array."""
 
@@ -42,7 +45,7 @@ class FeatureCache:
 
 
 def cache_key(model_id: str, token_lists: Sequence[Sequence[str]]) -> str:
-    digest = hashlib.sha256(model_id.encode("utf-8"))
+    digest = hashlib.sha256(f"{FEATURES_VERSION}:{model_id}".encode("utf-8"))
     digest.update(json.dumps([list(t) for t in token_lists], ensure_ascii=False).encode("utf-8"))
     return digest.hexdigest()[:24]
 

@@ -57,6 +57,8 @@ def load_word_vectors(path: str | Path) -> dict[str, np.ndarray]:
                 raise readers.DataFormatError(path, number, f"{len(parts) - 1} values, expected {dim}",
                                               "give a word2vec text file")
             vectors[parts[0]] = np.asarray(parts[1:], dtype=np.float32)
+    if not vectors:
+        raise readers.DataFormatError(path, 1, "no word vectors in the file", "give a word2vec text file")
     return vectors
 
 
@@ -100,7 +102,7 @@ def probe_pos(embedder: Embedder, train_path: str | Path, dev_path: str | Path, 
               column: str = "upos", progress: bool = True) -> dict[str, float]:
     """Dev accuracy of a linear POS classifier on each layer, on the learned mix, and on static vectors."""
     train = readers.read_conllu(train_path, column)[:max_sentences]
-    dev = readers.read_conllu(dev_path, column)[:max_sentences]
+    dev = readers.read_conllu(dev_path, column)
     labels = sorted({t for s in train + dev for t in s.tags})
     index = {t: i for i, t in enumerate(labels)}
     gold = lambda sentences: torch.tensor([index[t] for s in sentences for t in s.tags])  # noqa: E731
@@ -160,7 +162,7 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
             if static is not None:
                 static_sums[key] = static_sums[key] + _normalise(_static_context(static, sentence.tokens, token))
     results: dict[str, float] = {}
-    instances = list(_instance_vectors(test_cache, test))
+    instances = [i for i in _instance_vectors(test_cache, test) if i[3]]  # instances with a gold key
     candidates = lambda s, t: index.get((s.lemmas[t].lower().replace(" ", "_"), s.pos[t]), [])  # noqa: E731
     for name, read in readers_of.items():
         results[name] = _accuracy(instances, candidates, sums[name], lambda s, t, v, read=read: read(v))

@@ -15,10 +15,12 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from elmo.io.atomic import atomic_path
+from elmo.io.download import sha256_of
 from elmo.tasks.features import FeatureCache
 from elmo.tasks.heads import SequenceTagger, TextClassifier
 
@@ -44,11 +46,14 @@ class TaskConfig:
     learning_rate: float = 1e-3
     mix_l2: float = 0.001
     seed: int = 0
+    model_id: str = ""  # hash of the biLM's weights: eval/predict refuse a different biLM
     history: list[float] = field(default_factory=list)  # dev metric after each epoch
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}: choose one of {', '.join(TASKS)}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
 
     @property
     def metric(self) -> str:
@@ -96,7 +101,8 @@ def length_buckets(lengths: np.ndarray, batch_size: int, rng: random.Random) -> 
 def predict(head: torch.nn.Module, cache: FeatureCache, batch_size: int = 64) -> list:
     """Predicted label ids: a list per sentence (taggers) or one per text (classifier), in cache order."""
     head.eval()
-    order = sorted(range(len(cache)), key=lambda i: cache.lengths()[i])
+    lengths = cache.lengths()
+    order = sorted(range(len(cache)), key=lengths.__getitem__)
     out: list = [None] * len(cache)
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
@@ -139,6 +145,7 @@ def train_head(config: TaskConfig, train: FeatureCache, train_targets: Sequence,
             torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
             optimizer.step()
         metric = score(config, predict(head, dev), dev_targets)
+        metric = metric if np.isfinite(metric) else -1.0
         config.history.append(metric)
         if progress:
             tqdm.write(f"epoch {epoch + 1}: dev {config.metric} {metric:.4f}")
@@ -148,21 +155,39 @@ def train_head(config: TaskConfig, train: FeatureCache, train_targets: Sequence,
     return head.eval()
 
 
-def save_task(out_dir: str | Path, head: torch.nn.Module, config: TaskConfig) -> Path:
+def prepare_output(out_dir: str | Path) -> Path:
+    """Create the task model's directory up front, so a bad path fails before training, not after."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def save_task(out_dir: str | Path, head: torch.nn.Module, config: TaskConfig) -> Path:
+    """head.safetensors, then task.json (written last, carrying the head's hash, so a crash in between is seen)."""
+    out = prepare_output(out_dir)
     with atomic_path(out / "head.safetensors") as tmp:
         save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
+    record = asdict(config) | {"head_sha256": sha256_of(out / "head.safetensors")}
     with atomic_path(out / "task.json") as tmp:
-        tmp.write_text(json.dumps(asdict(config), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out
 
 
 def load_task(path: str | Path) -> tuple[torch.nn.Module, TaskConfig]:
+    """A saved task head and its config; any damage or mismatch is one ValueError naming the directory."""
     root = Path(path)
     if not (root / "task.json").is_file() or not (root / "head.safetensors").is_file():
         raise FileNotFoundError(f"{root}: not a task model (task.json + head.safetensors from `elmo task train`)")
-    config = TaskConfig(**json.loads((root / "task.json").read_text(encoding="utf-8")))
-    head = build_head(config)
-    head.load_state_dict(load_file(str(root / "head.safetensors")), strict=True)
+    try:
+        record = json.loads((root / "task.json").read_text(encoding="utf-8"))
+        expected = record.pop("head_sha256", None)
+        if expected is not None and expected != sha256_of(root / "head.safetensors"):
+            raise ValueError("head.safetensors does not belong to this task.json (an interrupted save?)")
+        config = TaskConfig(**record)
+        head = build_head(config)
+        head.load_state_dict(load_file(str(root / "head.safetensors")), strict=True)
+    except (ValueError, TypeError, RuntimeError, SafetensorError, AttributeError) as err:
+        raise ValueError(f"{root}: not a valid task model ({err})") from None
     return head.eval(), config
