@@ -251,7 +251,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
     from elmo.context import plot_word
 
     _, found, _ = _word_occurrences(args)
-    print(f"wrote {plot_word(found, args.word, args.out)} ({len(found)} occurrences)", file=sys.stderr)
+    out = plot_word(found, args.word, args.out, title=args.title)
+    print(f"wrote {out} ({len(found)} occurrences)", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -527,6 +528,8 @@ def _add_context_commands(sub) -> None:
             p.add_argument("-k", type=int, default=3, help="neighbours to show (default 3)")
         else:
             p.add_argument("--out", required=True, help="image to write (png, svg, pdf)")
+            p.add_argument("--title", help="the word as shown in the panel titles (e.g. romanised, when no font "
+                                           "for its script is installed)")
 
 
 def main(argv: list[str] | None = None) -> int:

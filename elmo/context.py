@@ -78,7 +78,7 @@ def pca_2d(vectors: np.ndarray) -> np.ndarray:
 
 
 def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_names: Sequence[str] | None = None,
-              ) -> Path:
+              title: str | None = None) -> Path:
     """One panel per layer: the word's occurrences projected on that layer's first two principal components,
     coloured and labelled by their label. Writes a PNG (or any format matplotlib knows from the suffix)."""
     try:
@@ -102,7 +102,7 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
         for (x, y), o in zip(points, found):
             axis.scatter(x, y, color=colours[o.label], s=36)
             axis.annotate(o.label, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
-        axis.set_title(f"{word}: {names[layer]}" + (" (one vector for all)" if same else ""))
+        axis.set_title(f"{title or word}: {names[layer]}" + (" (one vector for all)" if same else ""))
         axis.set_xticks([])
         axis.set_yticks([])
     figure.tight_layout()
