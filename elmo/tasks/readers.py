@@ -18,6 +18,7 @@ import csv
 import gzip
 import re
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,13 +102,25 @@ def _iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(1-based line number, line)``, split on ``"\\n"`` only, one trailing ``"\\r"`` removed."""
     with _open_text(path) as f:
         number, rest = 0, ""
-        while chunk := f.read(_CHUNK_CHARS):
+        while chunk := _read_chunk(f, path, number + 1):
             *complete, rest = (rest + chunk).split("\n")
             for line in complete:
                 number += 1
                 yield number, line.removesuffix("\r")
         if rest:
             yield number + 1, rest.removesuffix("\r")
+
+
+def _read_chunk(f: IO[str], path: str | Path, line: int) -> str:
+    """The next piece of text; damaged gzip data or invalid UTF-8 become a DataFormatError near ``line``."""
+    try:
+        return f.read(_CHUNK_CHARS)
+    except UnicodeDecodeError as err:
+        raise DataFormatError(path, line, f"invalid UTF-8 (byte {err.start} of the block read here)",
+                              "save the file as UTF-8") from None
+    except (EOFError, OSError, zlib.error) as err:
+        raise DataFormatError(path, line, f"damaged gzip data ({err})",
+                              "download or compress the file again") from None
 
 
 def _is_blank(line: str) -> bool:

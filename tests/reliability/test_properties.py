@@ -71,3 +71,21 @@ def test_weight_readers_error_cleanly_on_arbitrary_bytes(tmp_path_factory, data)
     (root / "m" / "model.safetensors").write_bytes(data)
     with pytest.raises(ModelFileError):
         load_model(root / "m")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=400) | st.text(max_size=300).map(lambda t: t.encode("utf-8")))
+def test_dataset_readers_error_cleanly_on_arbitrary_bytes(tmp_path_factory, data):
+    """Every downstream reader returns items or raises DataFormatError (file:line) — never another exception.
+    Invalid UTF-8 is also a clean error: UnicodeDecodeError is a ValueError, reported in one line by the CLI."""
+    from elmo.tasks import readers
+
+    path = tmp_path_factory.mktemp("dataset") / "f"
+    path.write_bytes(data)
+    for read in (readers.read_conll2003, readers.read_wnut17, readers.read_conllu, readers.read_sst_trees,
+                 readers.read_stsa, readers.read_label_text_tsv, readers.read_kmou_ner,
+                 readers.read_wordnet_index_sense, lambda p: readers.read_wsd_xml(p, None)):
+        try:
+            read(path)
+        except (readers.DataFormatError, UnicodeDecodeError):
+            pass
