@@ -126,3 +126,33 @@ def test_vocabulary_with_duplicates(tmp_path, capsys):
     (tmp_path / "t.txt").write_text("a b\n")
     assert main(["train", str(tmp_path / "t.txt"), "--vocab", str(tmp_path / "v.txt"), "--out", str(tmp_path / "r")]) == 2
     assert "line 6: 'a' repeats line 4" in capsys.readouterr().err
+
+
+def test_non_finite_weights_are_refused_in_both_formats(tmp_path):
+    """Official hdf5 and our safetensors: a NaN or inf anywhere is one error naming the tensor."""
+    import shutil
+
+    import h5py
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from elmo.io.native import ModelFileError, load_model, save_model
+    from elmo.io.official import WeightFileError, load_official
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    poisoned = tmp_path / "w.hdf5"
+    shutil.copy(WEIGHTS, poisoned)
+    with h5py.File(poisoned, "r+") as f:
+        data = f["CNN_proj/b_proj"][()]
+        data[0] = np.inf
+        f["CNN_proj/b_proj"][...] = data
+    with pytest.raises(WeightFileError, match="CNN_proj/b_proj"):
+        load_official(OPTIONS, poisoned)
+    folder = save_model(load_official(OPTIONS, WEIGHTS), tmp_path / "ours")
+    state = load_file(str(folder / "model.safetensors"))
+    name = sorted(state)[0]
+    state[name] = torch.full_like(state[name], float("nan"))
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(ModelFileError, match="NaN"):
+        load_model(folder)
