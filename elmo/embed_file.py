@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from elmo.embed import length_batches, run_batch
 from elmo.io.atomic import atomic_path
+from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
 
 OutputLayers = Literal["all", "top", "average"]
@@ -89,6 +90,7 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
         raise ValueError(f"layers must be 'all', 'top' or 'average', got {layers!r}")
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    fix_mmap_threshold()  # flat memory over long files (elmo/memory.py)
     bilm = bilm.to(device).eval()
     parts = PartStore(Path(str(output_path) + ".parts"),
                       _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors)
