@@ -53,8 +53,7 @@ def _embed_tokenizer(args: argparse.Namespace):
 
     name = args.tokenize
     if name is None and args.options is None:
-        model = args.model or pretrained.DEFAULT_MODEL
-        name = pretrained.SHIPPED_TOKENIZERS.get(model) if pretrained.is_model_name(model) else None
+        name = pretrained.shipped_tokenizer(args.model or pretrained.DEFAULT_MODEL)
     return None if name is None else get_tokenizer(name)
 
 

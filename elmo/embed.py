@@ -52,9 +52,8 @@ class Embedder:
         from elmo.text.tokenize import get_tokenizer
 
         name = pretrained.DEFAULT_MODEL if model is None and options is None and weights is None else model
-        if "tokenizer" not in kwargs and isinstance(name, str) and pretrained.is_model_name(name):
-            tokenizer_name = pretrained.SHIPPED_TOKENIZERS.get(name)
-            kwargs["tokenizer"] = get_tokenizer(tokenizer_name) if tokenizer_name else None
+        if "tokenizer" not in kwargs and pretrained.shipped_tokenizer(name):
+            kwargs["tokenizer"] = get_tokenizer(pretrained.shipped_tokenizer(name))
         return cls(load_bilm(name, options, weights), **kwargs)
 
     @property

@@ -64,6 +64,11 @@ def known_names() -> list[str]:
     return shipped_names() + list(OFFICIAL)
 
 
+def shipped_tokenizer(name: str | Path | None) -> str | None:
+    """The tokenizer name a shipped model's text was made with ("en", "ko"), or None for anything else."""
+    return SHIPPED_TOKENIZERS.get(str(name)) if name is not None and is_model_name(str(name)) else None
+
+
 def is_model_name(name: str | Path) -> bool:
     """True for a registered name that is not also an existing path (a local folder always wins)."""
     return isinstance(name, str) and name in known_names() and not Path(name).exists()

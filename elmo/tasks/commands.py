@@ -45,7 +45,7 @@ def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items
 
 def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, progress: bool,
                  ) -> tuple[FeatureCache, list[list[str]]]:
-    token_lists = [t for t in embedder.tokenize(inputs)]
+    token_lists = embedder.tokenize(inputs)
     empty = [i for i, t in enumerate(token_lists) if not t]
     if empty:
         raise ValueError(f"example {empty[0] + 1} has no tokens after tokenisation; remove empty examples")
