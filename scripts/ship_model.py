@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--train-command", required=True)
     parser.add_argument("--eval-command", required=True)
     parser.add_argument("--notes", default="", help="anything else the card must say (markdown)")
+    parser.add_argument("--hardware", default="this project's 2-core CPU machine (sharing it with other work)",
+                        help="where it was trained, for the card")
     args = parser.parse_args()
 
     checkpoint = resolve_checkpoint(args.run)
@@ -92,8 +94,8 @@ projection clip {c.lstm.proj_clip}. {n_params:,} parameters in the biLM (the sof
 vocabulary is used in training only and is not shipped). Stored as float16 safetensors: {size_mb:.1f} MB.
 
 ## Training
-{trainer['step']:,} steps, {trainer['tokens_seen']:,} tokens seen, {trainer['elapsed'] / 3600:.2f} hours on this
-project's 2-core CPU machine (sharing it with other work). Command:
+{trainer['step']:,} steps, {trainer['tokens_seen']:,} tokens seen, {trainer['elapsed'] / 3600:.2f} hours on
+{args.hardware}. Command:
 
 ```
 {args.train_command}

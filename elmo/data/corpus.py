@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import gzip
 import random
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -224,7 +225,7 @@ class LMBatcher:
         """The next window of every row; None when a one-pass source has nothing left for any row."""
         batch = len(self.queues)
         inputs = [[""] * self.steps for _ in range(batch)]
-        targets = torch.full((batch, self.steps), -1, dtype=torch.long)
+        targets = [[-1] * self.steps for _ in range(batch)]  # one tensor at the end: per-row tensors cost more
         real = 0
         for row in range(batch):
             pos = 0
@@ -237,12 +238,20 @@ class LMBatcher:
                 stream = self.current[row]
                 take = min(len(stream) - 1, self.steps - pos)
                 inputs[row][pos : pos + take] = stream[:take]
-                targets[row, pos : pos + take] = torch.tensor(self.vocab.ids(stream[1 : take + 1]))
+                targets[row][pos : pos + take] = self.vocab.ids(stream[1 : take + 1])
                 self.current[row] = stream[take:]
                 pos += take
             real += pos
         if real == 0:
             return None
+        # each distinct word converted once (running text repeats itself; building a tensor from nested Python
+        # lists costs per element, so this is what keeps the batcher ahead of a GPU)
+        distinct: dict[str, int] = {}
+        index = torch.tensor([distinct.setdefault(w, len(distinct)) for row in inputs for w in row])  # (B*T,)
         empty = (0,) * self.width  # a padding slot, only where a one-pass source ran out
-        ids = torch.tensor([[word_to_char_ids(w, self.width) if w else empty for w in row] for row in inputs])
-        return LMBatch(ids, targets, real)  # ids (B, T, W)
+        flat = array("h")  # ids <= 262 fit in int16; extending an array from tuples runs in C
+        for w in distinct:
+            flat.extend(word_to_char_ids(w, self.width) if w else empty)
+        table = torch.frombuffer(flat, dtype=torch.int16).view(len(distinct), self.width).long()  # (U, W)
+        ids = table[index].view(batch, self.steps, self.width)  # (B, T, W)
+        return LMBatch(ids, torch.tensor(targets), real)  # (B, T, W), (B, T)

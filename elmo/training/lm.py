@@ -50,15 +50,16 @@ class LanguageModel(nn.Module):
             new_states.append(finals)
         hidden_all = torch.cat(hidden).float()  # (2N, P)
         targets = torch.cat([f_targets.reshape(-1), b_targets.reshape(-1)])  # (2N,)
-        if sample is None:
-            per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
-        else:
-            candidates, tries = sample
-            candidates = candidates.to(hidden_all.device)
-            per_position = self.softmax.sampled_loss(
-                hidden_all, targets, candidates,
-                sampler.log_expected_count(targets.cpu(), tries).to(hidden_all.device),
-                sampler.log_expected_count(candidates.cpu(), tries).to(hidden_all.device), reduction="none")
+        with torch.autocast(hidden_all.device.type, enabled=False):  # the softmax in float32 under mixed precision
+            if sample is None:
+                per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
+            else:
+                candidates, tries = sample
+                candidates = candidates.to(hidden_all.device)
+                per_position = self.softmax.sampled_loss(
+                    hidden_all, targets, candidates,
+                    sampler.log_expected_count(targets.cpu(), tries).to(hidden_all.device),
+                    sampler.log_expected_count(candidates.cpu(), tries).to(hidden_all.device), reduction="none")
         valid = targets.ge(0).float()
         halves = per_position.mul(valid).view(2, -1).sum(1) / valid.view(2, -1).sum(1).clamp(min=1)
         return [halves[0], halves[1]], new_states

@@ -48,7 +48,7 @@ class LMSoftmax(nn.Module):
         column[candidates] = torch.arange(len(candidates), device=candidates.device)
         hit = column[targets]  # (N,) the target's column among the candidates, or -1
         rows = torch.nonzero(hit >= 0).squeeze(1)
-        sampled = sampled.index_put((rows, hit[rows]), torch.tensor(float("-inf"), device=sampled.device))
+        sampled = sampled.index_put((rows, hit[rows]), torch.tensor(float("-inf"), dtype=sampled.dtype, device=sampled.device))
         logits = torch.cat([true_logit.unsqueeze(1), sampled], dim=1)  # (N, 1 + S): the true class is column 0
         # cross-entropy against column 0 = logsumexp - true logit, with a fused (much cheaper) backward
         return F.cross_entropy(logits, targets.new_zeros(len(targets)), reduction=reduction)
