@@ -188,6 +188,9 @@ def _run_fingerprint(bilm: BiLM, input_path: str | Path, layers: str, batch_size
 
 def _embed_chunk(bilm: BiLM, chunk: list[Line], layers: OutputLayers, batch_size: int,
                  device: str | torch.device) -> list:
+    # each chunk starts with an empty token memo, so a chunk's numbers never depend on the chunks before it: a
+    # resumed run writes the same bits as an uninterrupted one
+    bilm.char_encoder.forget_tokens()
     if bilm.stateful:  # one batch, rows in file order
         return run_batch(bilm, [line.tokens for line in chunk], layers, device=device)
     results: list = [None] * len(chunk)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Train the shipped English and Korean models side by side on one GPU, measure their held-out perplexity and
-# write elmo/models/{en,ko} (float16 weights + model card). This is how the shipped models were made on a lent
-# H200 (one run of about 9 minutes). Usage, from the repository root:
+# write elmo/models/{en,ko} (float16 weights + model card), all in one command for a lent GPU machine (about
+# 9 minutes with MINUTES=7). Prepared for a lent H200 and NOT yet run on one: the loan was refused in the session
+# that wrote it (its CUDA-only code paths were checked on the CPU with bf16 autocast).
+# Usage, from the repository root:
 #
 #   scripts/train_ship_gpu.sh DATA MINUTES OUT
 #

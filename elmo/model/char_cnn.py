@@ -7,6 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmo.config import CharCNNConfig
+from elmo.model.token_cache import TokenMemo
+
+MEMO_WORDS = 32_768  # words whose token vectors inference remembers (P floats each: 64 MB at P = 512)
 
 
 class Highway(nn.Module):
@@ -38,6 +41,9 @@ class CharEncoder(nn.Module):
         self.projection = nn.Linear(config.n_filters, output_dim)
         self._activation = torch.tanh if config.activation == "tanh" else F.relu
         self.token_cache = None  # an optional TokenCache (elmo.model.token_cache) for frozen inference
+        self.memo_words = MEMO_WORDS  # 0: no memo
+        self._memos: dict = {}  # matmul dtype -> TokenMemo of recently seen words (frozen inference only, exact)
+        self._memo_weights: tuple | None = None
         self.matmul_dtype: torch.dtype | None = None  # torch.bfloat16: convolutions and matmuls in bf16
 
     @property
@@ -56,16 +62,33 @@ class CharEncoder(nn.Module):
         return self._encode_distinct(unique)[inverse]  # (N, P)
 
     def _encode_distinct(self, unique: torch.Tensor) -> torch.Tensor:
-        """Distinct tokens (U, W) -> (U, P): cached words looked up, the others through the CNN."""
-        if self.token_cache is None or torch.is_grad_enabled():
+        """Distinct tokens (U, W) -> (U, P): cached or remembered words looked up, the others through the CNN."""
+        if torch.is_grad_enabled():
             return self(unique)
+        memo = self._memo()
+        if self.token_cache is None:
+            return memo.encode(unique, self)
         found, index = self.token_cache.lookup(unique)
         if bool(found.all()):
             return self.token_cache.vectors.to(unique.device)[index]
         out = unique.new_empty(unique.shape[0], self.output_dim, dtype=self.projection.weight.dtype)
         out[found] = self.token_cache.vectors.to(unique.device)[index[found]].to(out.dtype)
-        out[~found] = self(unique[~found])
+        out[~found] = memo.encode(unique[~found], self)
         return out
+
+    def forget_tokens(self) -> None:
+        """Empty the memo of recently seen words (it also empties itself whenever the weights change)."""
+        self._memos = {}
+
+    def _memo(self) -> TokenMemo:
+        """The memo for the current weights and matmul precision (one per precision, so switching back and forth
+        gives the same numbers as before)."""
+        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        if self._memo_weights != key:  # new weights: forget what was computed with the old ones
+            self._memos, self._memo_weights = {}, key
+        if self.matmul_dtype not in self._memos:
+            self._memos[self.matmul_dtype] = TokenMemo(self.memo_words)
+        return self._memos[self.matmul_dtype]
 
     def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
         """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""

@@ -7,6 +7,7 @@ cache still go through the CNN, so any input works. Only for frozen weights: the
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -34,6 +35,63 @@ class TokenCache:
         idx = np.array([self.index.get(row.tobytes(), -1) for row in rows], dtype=np.int64)
         found = torch.from_numpy(idx >= 0)
         return found.to(char_ids.device), torch.from_numpy(np.maximum(idx, 0)).to(char_ids.device)
+
+
+class TokenMemo:
+    """The token vectors of the most recently seen words, at most ``capacity`` of them (least recently used out).
+
+    Frozen inference computes each word's token layer once while it stays in the memo: running text is Zipfian,
+    so after the first few batches most tokens are words already seen. Keyed by the character-id row; the owner
+    drops it when the weights change. Memory is bounded: ``capacity`` x P floats.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.slots: OrderedDict[bytes, int] = OrderedDict()  # key -> row of ``vectors``, oldest first
+        self.vectors: torch.Tensor | None = None  # (capacity, P), allocated on first use
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def encode(self, char_ids: torch.Tensor, compute) -> torch.Tensor:
+        """Distinct rows (U, W) -> (U, P): remembered rows looked up, the others computed by ``compute`` and kept."""
+        keys = [row.tobytes() for row in char_ids.to(torch.int16).cpu().numpy()]
+        slots = [self.slots.get(k, -1) for k in keys]
+        missing = [i for i, slot in enumerate(slots) if slot < 0]
+        if len(missing) == len(keys):
+            computed = compute(char_ids)  # (U, P)
+            self._remember(keys, computed)
+            return computed
+        for k, slot in zip(keys, slots):
+            if slot >= 0:
+                self.slots.move_to_end(k)
+        hit = torch.tensor([slot for slot in slots if slot >= 0], device=self.vectors.device)
+        found = torch.tensor([slot >= 0 for slot in slots], device=char_ids.device)
+        out = self.vectors.new_empty(len(keys), self.vectors.shape[1])  # (U, P)
+        out[found] = self.vectors[hit]
+        if missing:
+            computed = compute(char_ids[~found])  # (M, P)
+            out[~found] = computed
+            self._remember([keys[i] for i in missing], computed)
+        return out
+
+    def _remember(self, keys: list[bytes], vectors: torch.Tensor) -> None:
+        if self.capacity <= 0:
+            return
+        if self.vectors is None or self.vectors.dtype != vectors.dtype or self.vectors.device != vectors.device:
+            self.slots.clear()
+            with torch.inference_mode(False):  # a normal tensor: writable under no_grad and inference_mode alike
+                self.vectors = vectors.new_empty(self.capacity, vectors.shape[1])
+        keys, vectors = keys[-self.capacity :], vectors[-self.capacity :]
+        slots = []
+        for k in keys:
+            if len(self.slots) < self.capacity:
+                slot = len(self.slots)
+            else:  # evict the least recently used
+                _, slot = self.slots.popitem(last=False)
+            self.slots[k] = slot
+            slots.append(slot)
+        self.vectors[torch.tensor(slots, device=vectors.device)] = vectors
 
 
 def build_token_cache(encoder, words: Sequence[str], batch_size: int = 1024) -> TokenCache:
