@@ -25,6 +25,19 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def step_products_gflops(config: ElmoConfig, rows: int = 32, repeats: int = 20) -> float:
+    """GFLOP/s of one LSTM step's two products alone (rows x P by P x 4C, rows x C by C x P), through the fast
+    path's own multipliers: the ceiling of the time loop at this batch size, since those products are most of it."""
+    from elmo.model.packed import RightMultiplier
+
+    lstm = config.lstm
+    recurrent = RightMultiplier(torch.randn(4 * lstm.dim, lstm.projection_dim) / 30)
+    projection = RightMultiplier(torch.randn(lstm.projection_dim, lstm.dim) / 60)
+    h, m = torch.randn(rows, lstm.projection_dim), torch.randn(rows, lstm.dim)
+    seconds = best_time(lambda: [(recurrent(h), projection(m)) for _ in range(repeats)], 3) / repeats
+    return 2 * rows * (lstm.projection_dim * 4 * lstm.dim + lstm.dim * lstm.projection_dim) / seconds / 1e9
+
+
 def flops_per_token(config: ElmoConfig) -> float:
     """Multiply-adds x 2 of one token through the whole biLM, char CNN over all W slots (the issue's accounting)."""
     cnn, lstm = config.char_cnn, config.lstm

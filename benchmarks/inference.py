@@ -17,7 +17,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import best_time, flops_per_token, matmul_peak_gflops, peak_rss_mb, sentences  # noqa: E402
+from common import (best_time, flops_per_token, matmul_peak_gflops, peak_rss_mb, sentences,  # noqa: E402
+                    step_products_gflops)
 from random_weights import random_bilm  # noqa: E402
 
 from elmo.data.chars import batch_to_ids  # noqa: E402
@@ -64,6 +65,10 @@ def main() -> None:
           f"batches in {args.order} order); "
           f"threads {torch.get_num_threads()}; matmul peak {peak:.0f} GFLOP/s "
           f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
+    for rows in sorted({int(b) for b in args.batch_sizes.split(",")}):
+        ceiling = step_products_gflops(model.config, rows)
+        print(f"ceiling at batch {rows}: one LSTM step's products alone run at {ceiling:.0f} GFLOP/s "
+              f"= {100 * ceiling / peak:.0f}% of peak")
     print()
     print("| batch | path | tokens/s | % of peak | x reference | max abs diff |")
     print("| ---: | --- | ---: | ---: | ---: | ---: |")
