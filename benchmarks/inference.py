@@ -81,6 +81,8 @@ def main() -> None:
          lambda: model.cache_tokens(None)),
         ("optional: bf16 matmuls", lambda: model.set_matmul_precision("bf16"),
          lambda: model.set_matmul_precision("fp32")),
+        ("optional: int8 LSTM products", lambda: model.set_matmul_precision("int8"),
+         lambda: model.set_matmul_precision("fp32")),
         ("fast, stateful", lambda: (setattr(model, "stateful", True), model.reset_states()),
          lambda: setattr(model, "stateful", False)),
     ]

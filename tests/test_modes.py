@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 import torch
 
 from elmo.data.chars import batch_to_ids
@@ -160,3 +161,25 @@ def test_bf16_mode_is_close_and_fp32_is_restored(fixture_model):
     worst = max(float((a - b).abs().max()) for a, b in zip(exact, fast))
     assert 0 < worst < 0.2 and all(a.dtype == torch.float32 for a in fast)
     assert all(torch.equal(a, b) for a, b in zip(exact, again))
+
+
+def test_int8_mode_is_close_and_fp32_is_restored(fixture_model):
+    ids = batch_to_ids(_sentences(5, seed=3))
+    with torch.no_grad():
+        exact = fixture_model(ids).layers
+        fixture_model.set_matmul_precision("int8")
+        try:
+            fast = fixture_model(ids).layers
+        finally:
+            fixture_model.set_matmul_precision("fp32")
+        again = fixture_model(ids).layers
+    worst = max(float((a - b).abs().max()) for a, b in zip(exact, fast))
+    scale = max(float(a.abs().max()) for a in exact)
+    assert 0 < worst < 0.1 * scale and all(a.dtype == torch.float32 for a in fast)
+    assert torch.equal(exact[0], fast[0])  # the token layer stays float32
+    assert all(torch.equal(a, b) for a, b in zip(exact, again))
+
+
+def test_unknown_precision_is_refused(fixture_model):
+    with pytest.raises(ValueError, match="fp32, bf16, int8"):
+        fixture_model.set_matmul_precision("fp8")

@@ -64,15 +64,17 @@ class BiLM(nn.Module):
         self.char_encoder.token_cache = None if words is None else build_token_cache(self.char_encoder, list(words))
 
     def set_matmul_precision(self, precision: str) -> None:
-        """"fp32" (exact, the default) or "bf16": matrix products and convolutions in bfloat16 (LSTM states
-        and gates stay float32). Much faster where the CPU has bf16 matrix units (AMX); about 1e-2 off."""
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
-        dtype = torch.bfloat16 if precision == "bf16" else None
-        self.char_encoder.matmul_dtype = dtype
+        """"fp32" (exact, the default), or a fast approximate mode: "bf16" (matrix products and convolutions in
+        bfloat16; fast where the CPU has bf16 matrix units (AMX); about 1e-2 off) or "int8" (the LSTM products with
+        int8 weights and dynamically quantised inputs, the token layer in float32; CPU only; a few 1e-2 off).
+        LSTM states and gates stay float32 in every mode."""
+        dtypes = {"fp32": (None, None), "bf16": (torch.bfloat16, torch.bfloat16), "int8": (None, torch.qint8)}
+        if precision not in dtypes:
+            raise ValueError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
+        self.char_encoder.matmul_dtype, lstm_dtype = dtypes[precision]
         for stack in (self.forward_stack, self.backward_stack):
             for layer in stack.layers:
-                layer.matmul_dtype = dtype
+                layer.matmul_dtype = lstm_dtype
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""

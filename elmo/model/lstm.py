@@ -20,10 +20,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from elmo.model.packed import AutogradRightMultiplier, RightMultiplier
+from elmo.model.packed import AutogradRightMultiplier, Int8RightMultiplier, RightMultiplier, right_multiplier
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
-Multiplier = RightMultiplier | AutogradRightMultiplier
+Multiplier = RightMultiplier | Int8RightMultiplier | AutogradRightMultiplier
 PROJECTION_ROWS = 256  # rows (summed over steps) whose input projections are computed in one matmul; measured:
 # 32 x 512 by 512 x 16,384 products run at ~290 GFLOP/s up to 256 rows, ~220 at 640 rows
 
@@ -40,7 +40,7 @@ class ProjectedLSTMLayer(nn.Module):
         self.weight_hh = nn.Parameter(torch.empty(4 * cell_size, proj_size))
         self.bias = nn.Parameter(torch.empty(4 * cell_size))
         self.weight_proj = nn.Parameter(torch.empty(proj_size, cell_size))
-        self.matmul_dtype: torch.dtype | None = None  # None: the weights' dtype; torch.bfloat16: the fast bf16 mode
+        self.matmul_dtype: torch.dtype | None = None  # None: the weights' dtype; bfloat16 / qint8: fast modes
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -64,7 +64,7 @@ class ProjectedLSTMLayer(nn.Module):
         if getattr(self, "_cache_key", None) != key:
             self._cached = None  # free the old copies before making new ones
             with torch.no_grad():
-                self._cached = tuple(RightMultiplier(p, self.matmul_dtype) for p in params)
+                self._cached = tuple(right_multiplier(p, self.matmul_dtype) for p in params)
             self._cache_key = key
         return self._cached
 

@@ -14,6 +14,7 @@ used, which BLAS multiplies faster than a transposed view.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
@@ -73,6 +74,41 @@ class RightMultiplier:
             return x @ self.weight_t if add is None else torch.addmm(add, x, self.weight_t)
         out = (x.to(self.weight_t.dtype) @ self.weight_t).to(x.dtype)  # bf16 product, float32 result
         return out if add is None else out + add
+
+
+class Int8RightMultiplier:
+    """``x -> x @ W^T (+ add)`` with W quantised to int8 per output row (symmetric) and x quantised per call
+    (PyTorch's dynamic quantisation, oneDNN kernels: int8 matrix units where the CPU has them). An optional fast
+    mode, not exact: about 2e-2 relative error per product (benchmarks/inference.py prints the model's error)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        if weight.device.type != "cpu":
+            raise RuntimeError("the int8 mode runs on the CPU only; use fp32 or bf16 on other devices")
+        weight = weight.detach().float()
+        scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127  # (out,)
+        engine = "onednn" if "onednn" in torch.backends.quantized.supported_engines else "x86"
+        previous = torch.backends.quantized.engine
+        try:
+            torch.backends.quantized.engine = engine
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # PyTorch marks quantized tensors as deprecated; still the API
+                quantized = torch.quantize_per_channel(weight, scales, torch.zeros_like(scales, dtype=torch.long),
+                                                       0, torch.qint8)
+                self.packed = torch.ops.quantized.linear_prepack(quantized, None)
+        except (RuntimeError, AttributeError) as error:
+            raise RuntimeError(f"int8 matrix products are not available in this PyTorch build: {error}") from error
+        finally:
+            torch.backends.quantized.engine = previous
+
+    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+        out = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, True)  # (n, out)
+        return out if add is None else out.add_(add)
+
+
+def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None):
+    """The inference multiplier for ``weight`` in the given matmul dtype (None: the weight's own; torch.bfloat16;
+    torch.qint8: dynamic int8 quantisation)."""
+    return Int8RightMultiplier(weight) if dtype == torch.qint8 else RightMultiplier(weight, dtype)
 
 
 class AutogradRightMultiplier:
