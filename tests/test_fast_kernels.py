@@ -1,0 +1,77 @@
+"""The inference fast paths below the model: pre-packed BLAS products and the token memo."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from elmo.data.chars import batch_to_ids
+from elmo.model import packed
+from elmo.model.packed import RightMultiplier, mkl_packing_available
+from elmo.model.token_cache import TokenMemo
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 32, 300])
+def test_packed_products_match_plain_ones(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(1024, 1100, generator=generator) / 30  # over MIN_PACKED_ELEMENTS: packed where possible
+    x = torch.randn(rows, 1100, generator=generator)
+    bias, per_row = torch.randn(1024, generator=generator), torch.randn(rows, 1024, generator=generator)
+    multiply = RightMultiplier(weight)
+    assert (multiply.packed is not None) == mkl_packing_available()
+    expected = x @ weight.t()
+    for add, want in ((None, expected), (bias, expected + bias), (per_row, expected + per_row)):
+        got = multiply(x, add)
+        assert got.shape == (rows, 1024)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_small_matrices_and_other_dtypes_are_not_packed():
+    assert RightMultiplier(torch.randn(64, 16)).packed is None  # MKL would pad it to 8 MB
+    bf16 = RightMultiplier(torch.randn(1024, 1100), dtype=torch.bfloat16)
+    assert bf16.packed is None and bf16(torch.randn(3, 1100)).dtype == torch.float32
+
+
+def test_without_mkl_packing_the_plain_path_is_used(monkeypatch):
+    monkeypatch.setattr(packed, "mkl_packing_available", lambda: False)
+    weight, x = torch.randn(1024, 1100) / 30, torch.randn(5, 1100)
+    multiply = RightMultiplier(weight)
+    assert multiply.packed is None
+    torch.testing.assert_close(multiply(x), x @ weight.t(), rtol=1e-5, atol=1e-5)
+
+
+def test_token_memo_computes_each_word_once_and_evicts_the_least_recently_used():
+    calls = []
+
+    def compute(rows):  # a stand-in encoder: the row sum, recording how many rows it was asked for
+        calls.append(len(rows))
+        return rows.float().sum(1, keepdim=True).repeat(1, 3)
+
+    memo = TokenMemo(capacity=3)
+    a, b, c, d = (torch.full((1, 4), v) for v in (1, 2, 3, 4))
+    out = memo.encode(torch.cat([a, b]), compute)
+    assert calls == [2] and out[:, 0].tolist() == [4.0, 8.0]
+    out = memo.encode(torch.cat([b, c]), compute)  # b remembered, c computed
+    assert calls == [2, 1] and out[:, 0].tolist() == [8.0, 12.0] and len(memo) == 3
+    memo.encode(a, compute)  # a is now the most recent; b the least
+    memo.encode(d, compute)  # full: evicts b
+    assert len(memo) == 3 and calls == [2, 1, 1]
+    calls.clear()
+    out = memo.encode(torch.cat([a, b, c, d]), compute)
+    assert calls == [1] and out[:, 0].tolist() == [4.0, 8.0, 12.0, 16.0]  # only b recomputed, all values right
+
+
+def test_memo_follows_the_weights(fixture_model):
+    ids = batch_to_ids([["the", "bank", "of", "the", "river"]])
+    with torch.no_grad():
+        before = fixture_model(ids).token_vectors
+        projection = fixture_model.char_encoder.projection.weight
+        saved = projection.clone()
+        projection.mul_(2)
+        try:
+            after = fixture_model(ids).token_vectors
+        finally:
+            projection.copy_(saved)
+        restored = fixture_model(ids).token_vectors
+    assert not torch.allclose(before, after)  # not served from the memo of the old weights
+    torch.testing.assert_close(restored, before, rtol=0, atol=1e-6)
