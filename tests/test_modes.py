@@ -148,36 +148,31 @@ def test_paired_inference_path_equals_the_autograd_path(fixture_model):
         assert torch.allclose(a, b.detach(), atol=1e-5)
 
 
-def test_bf16_mode_is_close_and_fp32_is_restored(fixture_model):
-    ids = batch_to_ids(_sentences(5, seed=2))
+def _exact_fast_again(model, precision: str, seed: int):
+    """Every layer in fp32, in ``precision``, and in fp32 again after switching back."""
+    ids = batch_to_ids(_sentences(5, seed=seed))
     with torch.no_grad():
-        exact = fixture_model(ids).layers
-        fixture_model.set_matmul_precision("bf16")
+        exact = model(ids).layers
+        model.set_matmul_precision(precision)
         try:
-            fast = fixture_model(ids).layers
+            fast = model(ids).layers
         finally:
-            fixture_model.set_matmul_precision("fp32")
-        again = fixture_model(ids).layers
-    worst = max(float((a - b).abs().max()) for a, b in zip(exact, fast))
-    assert 0 < worst < 0.2 and all(a.dtype == torch.float32 for a in fast)
+            model.set_matmul_precision("fp32")
+        again = model(ids).layers
+    assert all(a.dtype == torch.float32 for a in fast)
     assert all(torch.equal(a, b) for a, b in zip(exact, again))
+    return exact, fast, max(float((a - b).abs().max()) for a, b in zip(exact, fast))
+
+
+def test_bf16_mode_is_close_and_fp32_is_restored(fixture_model):
+    _, _, worst = _exact_fast_again(fixture_model, "bf16", seed=2)
+    assert 0 < worst < 0.2
 
 
 def test_int8_mode_is_close_and_fp32_is_restored(fixture_model):
-    ids = batch_to_ids(_sentences(5, seed=3))
-    with torch.no_grad():
-        exact = fixture_model(ids).layers
-        fixture_model.set_matmul_precision("int8")
-        try:
-            fast = fixture_model(ids).layers
-        finally:
-            fixture_model.set_matmul_precision("fp32")
-        again = fixture_model(ids).layers
-    worst = max(float((a - b).abs().max()) for a, b in zip(exact, fast))
-    scale = max(float(a.abs().max()) for a in exact)
-    assert 0 < worst < 0.1 * scale and all(a.dtype == torch.float32 for a in fast)
+    exact, fast, worst = _exact_fast_again(fixture_model, "int8", seed=3)
+    assert 0 < worst < 0.1 * max(float(a.abs().max()) for a in exact)
     assert torch.equal(exact[0], fast[0])  # the token layer stays float32
-    assert all(torch.equal(a, b) for a, b in zip(exact, again))
 
 
 def test_unknown_precision_is_refused(fixture_model):
