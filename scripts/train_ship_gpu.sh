@@ -11,13 +11,14 @@
 # ko-vocab.txt, the held-out files xz-compressed (1b-dev.txt.xz wikitext2-valid.txt.xz heldout-nlp.txt.xz
 # heldout-nsmc.txt.xz, as made by scripts/prepare_{english,korean}.py), baselines-{en,ko}.txt (the output of `elmo baselines`, see
 # scripts/evaluate_lm.sh) and {en,ko}-{data,tok}.md (the card's data and tokenisation paragraphs).
-# MINUTES: training time of each model; OUT: logs, metrics and evaluation reports.
+# MINUTES: training time of each model; OUT: logs, metrics and evaluation reports. Environment: DEVICE (cuda),
+# CONFIG (ship-cpu), BATCH (256 rows), PYTHON (python3); DEVICE=cpu CONFIG=tiny runs the whole pipeline as a check.
 set -uo pipefail
 data=$1 minutes=$2 out=$3
 export PYTHONUNBUFFERED=1
-py=${PYTHON:-python3}
+py=${PYTHON:-python3} device=${DEVICE:-cuda} config=${CONFIG:-ship-cpu} batch=${BATCH:-256}
 mkdir -p "$out" runs
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"; fi
 
 for f in "$data"/*.xz; do  # every text travels xz-compressed (the transfer to the GPU machine is size-limited)
   $py -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
@@ -26,8 +27,8 @@ done
 wait
 
 train() {  # lang
-  $py -m elmo train "runs/$1-train.txt" --config ship-cpu --vocab "$data/$1-vocab.txt" --out "runs/$1-gpu" \
-      --batch-size 256 --max-minutes "$minutes" --checkpoint-every 2000 --device cuda --quiet
+  $py -m elmo train "runs/$1-train.txt" --config "$config" --vocab "$data/$1-vocab.txt" --out "runs/$1-gpu" \
+      --batch-size "$batch" --max-minutes "$minutes" --checkpoint-every 2000 --device "$device" --quiet
 }
 train en > "$out/en-train.log" 2>&1 &
 train ko > "$out/ko-train.log" 2>&1 &
@@ -38,7 +39,7 @@ evaluate() {  # lang files...
   local lang=$1; shift
   for f in "$@"; do
     echo "== $f"
-    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device cuda --batch-size 128 --quiet
+    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --batch-size 128 --quiet
   done
   echo "== baselines (trained on runs/data/$lang/train.txt.gz, the same text)"
   cat "$data/baselines-$lang.txt"
@@ -47,12 +48,12 @@ evaluate en 1b-dev.txt wikitext2-valid.txt heldout-nlp.txt > "$out/en-eval.txt" 
 evaluate ko heldout-nsmc.txt > "$out/ko-eval.txt" 2>&1 &
 wait
 
-hardware="one NVIDIA H200 GPU (lent for one run; the English and the Korean model trained side by side, bf16 autocast)"
+hardware=${HARDWARE:-"one NVIDIA H200 GPU (lent for one run; the English and the Korean model trained side by side, bf16 autocast)"}
 ship() {  # lang
   $py scripts/ship_model.py "runs/$1-gpu" --name "$1" --eval-report "$out/$1-eval.txt" \
       --data "$(cat "$data/$1-data.md")" --tokenisation "$(cat "$data/$1-tok.md")" --hardware "$hardware" \
-      --train-command "scripts/train_ship_gpu.sh DATA $minutes OUT   # runs: elmo train runs/$1-train.txt --config ship-cpu --vocab $1-vocab.txt --batch-size 256 --max-minutes $minutes --device cuda" \
-      --eval-command "elmo perplexity runs/$1-gpu FILE --device cuda; elmo baselines (scripts/evaluate_lm.sh)"
+      --train-command "scripts/train_ship_gpu.sh DATA $minutes OUT   # runs: elmo train runs/$1-train.txt --config $config --vocab $1-vocab.txt --batch-size $batch --max-minutes $minutes --device $device" \
+      --eval-command "elmo perplexity runs/$1-gpu FILE --device $device; elmo baselines (scripts/evaluate_lm.sh)"
 }
 ship en > "$out/en-ship.log" 2>&1
 ship ko > "$out/ko-ship.log" 2>&1
