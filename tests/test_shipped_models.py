@@ -71,10 +71,13 @@ def test_top_layer_groups_occurrences_by_sense(model, word, examples, sense, oth
     assert np.mean(same) > np.mean(across)
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: after 4.1 M (en) / 2.3 M (ko) training tokens the top layer puts "
-                                       "the money (bank) contexts no closer to each other than to the river "
-                                       "(ginkgo) ones; see the model cards and the shipped-models issue")
-@pytest.mark.parametrize("model,word,examples,sense,other", CASES)
+_EN_NOT_YET = pytest.mark.xfail(strict=True, reason="not yet: the English model's top layer (step 9,500, 6.1 M "
+                                "training tokens) puts two money contexts of 'bank' less close (0.754) than a money "
+                                "and a river context (0.795); see its model card and the shipped-models issue")
+
+
+@pytest.mark.parametrize("model,word,examples,sense,other",
+                         [pytest.param(*CASES[0], marks=_EN_NOT_YET), CASES[1]])
 def test_top_layer_puts_two_contexts_of_one_sense_closer_than_across(model, word, examples, sense, other):
     """The shipped-models issue's check: money-money above money-river (bank-bank above bank-ginkgo)."""
     pairs = _sense_similarities(model, word, examples)
