@@ -52,8 +52,8 @@ class Embedder:
         from elmo.text.tokenize import get_tokenizer
 
         name = pretrained.DEFAULT_MODEL if model is None and options is None and weights is None else model
-        if "tokenizer" not in kwargs and pretrained.shipped_tokenizer(name):
-            kwargs["tokenizer"] = get_tokenizer(pretrained.shipped_tokenizer(name))
+        if "tokenizer" not in kwargs and (tokenizer_name := pretrained.shipped_tokenizer(name)):
+            kwargs["tokenizer"] = get_tokenizer(tokenizer_name)
         return cls(load_bilm(name, options, weights), **kwargs)
 
     @property

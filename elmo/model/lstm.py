@@ -24,8 +24,9 @@ from elmo.model.packed import AutogradRightMultiplier, Int8RightMultiplier, Righ
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
 Multiplier = RightMultiplier | Int8RightMultiplier | AutogradRightMultiplier
-PROJECTION_ROWS = 256  # rows (summed over steps) whose input projections are computed in one matmul; measured:
-# 32 x 512 by 512 x 16,384 products run at ~290 GFLOP/s up to 256 rows, ~220 at 640 rows
+PROJECTION_ROWS = 256  # rows (summed over steps) whose input projections are computed in one matmul. Alone, the
+# packed 512 x 16,384 product ran ~290 GFLOP/s up to 256 rows and ~220 at 640; inside the model, 64 to 100,000 rows
+# were within noise (benchmarks/inference.py), so the small block is kept for its bounded memory
 
 
 class ProjectedLSTMLayer(nn.Module):
@@ -69,22 +70,12 @@ class ProjectedLSTMLayer(nn.Module):
         return self._cached
 
     def step(self, z: torch.Tensor, c_prev: torch.Tensor, project: Multiplier | None = None) -> State:
-        """Gate pre-activations z (n, 4C) and previous memory (n, C) -> new (r (n, P), c (n, C)).
-
-        Without autograd the gates are computed in place in z (fewer passes over the largest per-step tensor).
-        """
+        """Gate pre-activations z (n, 4C) and previous memory (n, C) -> new (r (n, P), c (n, C))."""
         i, f, g, o = z.chunk(4, dim=-1)  # each (n, C)
-        if torch.is_grad_enabled():
-            c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
-            o = torch.sigmoid(o)
-        else:
-            z[:, : 2 * self.cell_size].sigmoid_()  # i and f
-            g.tanh_()
-            o.sigmoid_()
-            c = torch.addcmul(f * c_prev, i, g)
+        c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
         if self.cell_clip:
             c = c.clamp(-self.cell_clip, self.cell_clip)
-        m = o * torch.tanh(c)  # (n, C)
+        m = torch.sigmoid(o) * torch.tanh(c)  # (n, C)
         r = m @ self.weight_proj.t() if project is None else project(m)  # (n, P)
         if self.proj_clip:
             r = r.clamp(-self.proj_clip, self.proj_clip)

@@ -65,8 +65,9 @@ class RightMultiplier:
     def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
         """x (n, in) -> (n, out); ``add`` is a bias (out,) or a per-row term (n, out) added to the product."""
         if self.packed is not None:
-            if x.shape[0] == 0:
-                return x.new_zeros(0, self.weight.shape[0]) if add is None else x.new_zeros(0, self.weight.shape[0]) + add
+            if x.shape[0] == 0:  # MKL refuses an empty product
+                out = x.new_zeros(0, self.weight.shape[0])
+                return out if add is None else out + add
             bias = add if add is not None and add.dim() == 1 else None
             out = torch.ops.mkl._mkl_linear(x.contiguous(), self.packed, self.weight, bias, x.shape[0])  # (n, out)
             return out.add_(add) if add is not None and bias is None else out
