@@ -75,3 +75,26 @@ def test_memo_follows_the_weights(fixture_model):
         restored = fixture_model(ids).token_vectors
     assert not torch.allclose(before, after)  # not served from the memo of the old weights
     torch.testing.assert_close(restored, before, rtol=0, atol=1e-6)
+
+
+def test_length_groups_keep_every_token_exact(fixture_model):
+    """Tokens of very different lengths (1 byte, multibyte Korean, a word cut at 50 slots) encoded in length
+    groups, each over its own trimmed character axis, equal the encoder over all 50 slots: values and gradients."""
+    from elmo.model.char_cnn import CharEncoder, length_groups
+
+    words = ["a", "of", "bank", "은행에서", "internationalisation", "x" * 60, "riverbanks", "I", "."]
+    ids = batch_to_ids([words])[0]  # (9, 50)
+    groups = length_groups(ids, 7)
+    assert len(groups) >= 3 and sorted(torch.cat([rows for rows, _ in groups]).tolist()) == list(range(9))
+    assert max(width for _, width in groups) == 50 and min(width for _, width in groups) <= 12
+    torch.manual_seed(0)
+    encoder = CharEncoder(fixture_model.char_encoder.config, 8).double()
+    grads = []
+    for trim in (True, False):
+        encoder.zero_grad()
+        out = encoder(ids, trim=trim)  # (9, 8)
+        (out * torch.arange(72, dtype=torch.float64).view(9, 8)).sum().backward()
+        grads.append((out.detach(), [p.grad.clone() for p in encoder.parameters()]))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-12)
+    for grouped, whole in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(grouped, whole, rtol=0, atol=1e-10)

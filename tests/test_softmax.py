@@ -60,3 +60,30 @@ def test_full_loss_ignores_minus_one_targets():
     full = softmax.full_loss(hidden, torch.tensor([1, -1, 2, -1]))
     part = softmax.full_loss(hidden[[0, 2]], torch.tensor([1, 2]))
     assert torch.allclose(full, part)
+
+
+def test_sampled_loss_gradients_match_plain_cross_entropy_over_the_concatenation():
+    """The fused loss (probabilities computed in place, hand-written backward) against autograd through
+    ``cross_entropy(cat([true, sampled]))``, hits included, in float64."""
+    torch.manual_seed(1)
+    softmax = LMSoftmax(50, 6).double()
+    hidden = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([3, 0, 7, 7, 49, 1, 2, 0, 11])
+    candidates = torch.tensor([0, 7, 20, 1, 33, 5])
+    lq_t, lq_c = torch.rand(9, dtype=torch.float64) - 3, torch.rand(6, dtype=torch.float64) - 2
+    weights = torch.rand(9, dtype=torch.float64)  # a non-uniform upstream gradient
+    (softmax.sampled_loss(hidden, targets, candidates, lq_t, lq_c, reduction="none") * weights).sum().backward()
+    fused = [hidden.grad.clone(), softmax.weight.grad.clone(), softmax.bias.grad.clone()]
+    for tensor in (hidden, softmax.weight, softmax.bias):
+        tensor.grad = None
+    true = (hidden * softmax.weight[targets]).sum(-1) + softmax.bias[targets] - lq_t
+    sampled = hidden @ softmax.weight[candidates].t() + softmax.bias[candidates] - lq_c
+    sampled = sampled.masked_fill(targets.unsqueeze(1) == candidates.unsqueeze(0), float("-inf"))
+    plain = torch.nn.functional.cross_entropy(torch.cat([true.unsqueeze(1), sampled], 1),
+                                              torch.zeros(9, dtype=torch.long), reduction="none")
+    (plain * weights).sum().backward()
+    for ours, theirs in zip(fused, (hidden.grad, softmax.weight.grad, softmax.bias.grad)):
+        assert torch.allclose(ours, theirs, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda h: softmax.sampled_loss(h, targets, candidates, lq_t, lq_c, reduction="none"),
+        (hidden.detach().requires_grad_(),))

@@ -98,30 +98,51 @@ class CharEncoder(nn.Module):
         return self._forward(char_ids, trim)
 
     def _forward(self, char_ids: torch.Tensor, trim: bool) -> torch.Tensor:
-        if trim:
-            char_ids = trim_character_axis(char_ids, self.config.max_filter_width)  # (N, W') with W' <= W
-        x = self.char_embedding(char_ids).transpose(1, 2)  # (N, E, W')
-        # max over positions, then the activation: the two commute because the activation is monotone
-        features = [conv(x).max(dim=-1).values for conv in self.convolutions]  # each (N, num_i); max, not amax:
-        # its backward scatters into the arg-max slots instead of comparing and copying whole conv outputs
-        x = self._activation(torch.cat(features, dim=-1))  # (N, F)
+        if not trim:
+            features = self._max_pooled(char_ids)
+        else:  # short words are most words: each length group runs over its own trimmed character axis
+            groups = length_groups(char_ids, self.config.max_filter_width)
+            if len(groups) == 1:
+                features = self._max_pooled(char_ids[:, : groups[0][1]])
+            else:
+                order = torch.cat([rows for rows, _ in groups])  # (N,) tokens grouped by length
+                parts = [self._max_pooled(char_ids[rows, :width]) for rows, width in groups]
+                features = torch.cat(parts)[torch.argsort(order)]  # (N, F) back in the callers' order
+        x = self._activation(features)  # (N, F)
         for highway in self.highways:
             x = highway(x)  # (N, F)
         return self.projection(x)  # (N, P)
 
+    def _max_pooled(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(N, W') ids -> (N, F) convolution features, max-pooled over positions (before the activation: the two
+        commute because the activation is monotone)."""
+        x = self.char_embedding(char_ids).transpose(1, 2)  # (N, E, W')
+        # max, not amax: its backward scatters into the arg-max slots instead of comparing whole conv outputs
+        return torch.cat([conv(x).max(dim=-1).values for conv in self.convolutions], dim=-1)  # (N, F)
 
-def trim_character_axis(char_ids: torch.Tensor, max_filter_width: int) -> torch.Tensor:
-    """Drop character slots that cannot change any max-pooled feature: (N, W) -> (N, W').
+
+LENGTH_GROUP_STEP = 4  # character slots: tokens whose trimmed widths round up to the same multiple share a group
+
+
+def length_groups(char_ids: torch.Tensor, max_filter_width: int) -> list[tuple[torch.Tensor, int]]:
+    """(rows, width) groups of the tokens, each to be encoded over its first ``width`` character slots only.
 
     Past a token's end-of-word mark every slot holds the same padding character, so every convolution window that
-    lies wholly in that padding gives one and the same value. Keeping the longest token plus one widest window of
-    padding keeps at least one such window for every token that had one, so the max over positions is unchanged.
+    lies wholly in that padding gives one and the same value. Keeping a group's longest token plus one widest
+    window of padding keeps at least one such window for every token that had one, so no max-pooled feature
+    changes (FORMAT.md §4.2). Widths are grouped in steps of LENGTH_GROUP_STEP, so a batch makes few groups.
     """
-    width = char_ids.shape[-1]
-    if char_ids.numel() == 0:
-        return char_ids
-    pad_id = char_ids[..., -1:]  # the last slot is padding unless the token fills all W slots
-    used = (char_ids != pad_id).any(0)  # (W,) slots where some token is not yet padding
-    longest = int(used.nonzero().max()) + 1 if bool(used.any()) else 0
-    keep = min(width, longest + max_filter_width)
-    return char_ids[..., :keep]
+    n, width = char_ids.shape
+    if n == 0:
+        return [(torch.arange(0), width)]
+    real = char_ids != char_ids[:, -1:]  # (N, W) slots not yet padding (the last slot is padding unless full)
+    slots = torch.arange(1, width + 1, device=char_ids.device)
+    needed = ((real * slots).amax(dim=1) + max_filter_width).clamp(max=width)  # (N,) each token's own width
+    if int(needed.max()) - int(needed.min()) < LENGTH_GROUP_STEP:
+        return [(torch.arange(n, device=char_ids.device), int(needed.max()))]
+    keys = torch.div(needed + LENGTH_GROUP_STEP - 1, LENGTH_GROUP_STEP, rounding_mode="floor")  # (N,)
+    groups = []
+    for key in torch.unique(keys).tolist():
+        rows = torch.nonzero(keys == key).squeeze(1)
+        groups.append((rows, int(needed[rows].max())))
+    return groups

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from elmo.model.lstm_sequence import LayerSequence
 from elmo.model.packed import AutogradRightMultiplier, Int8RightMultiplier, RightMultiplier, right_multiplier
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
@@ -81,6 +82,13 @@ class ProjectedLSTMLayer(nn.Module):
             r = r.clamp(-self.proj_clip, self.proj_clip)
         return r, c
 
+    def _hand_written_backward(self, x: torch.Tensor) -> bool:
+        """Training in full precision: the time loop runs as one ``LayerSequence`` (same values, faster backward).
+        Under autocast (mixed-precision GPU training) the step-by-step autograd path is kept."""
+        return (torch.is_grad_enabled() and self.matmul_dtype is None
+                and (x.requires_grad or self.weight_hh.requires_grad)
+                and not torch.is_autocast_enabled(x.device.type))
+
     def forward(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
         """Run over rows sorted longest first.
 
@@ -88,11 +96,16 @@ class ProjectedLSTMLayer(nn.Module):
         Returns the outputs (B, T, P), zero where a row has ended, and each row's state after its last step.
         """
         h, c = state
-        input_product, recurrent_product, projection = self.right_multipliers()
         # the real positions only, time-major: step t's rows are the contiguous slice offsets[t] : offsets[t] + n_t
         running = torch.tensor(batch_sizes, dtype=torch.long)  # (T,) rows still running at each step
         lengths = (running.unsqueeze(0) > torch.arange(batch_sizes[0] if batch_sizes else 0).unsqueeze(1)).sum(1)
         packed = pack_padded_sequence(x[: len(lengths)], lengths, batch_first=True, enforce_sorted=True)
+        if self._hand_written_backward(x) and batch_sizes:
+            projected = torch.addmm(self.bias, packed.data, self.weight_ih.t())  # (N, 4C) all steps at once
+            out, h, c = LayerSequence.apply(projected, h, c, self.weight_hh, self.weight_proj, batch_sizes,
+                                            self.cell_clip, self.proj_clip)
+            return _pad_steps(list(out.split(batch_sizes)), x.shape[0], x.shape[1]), (h, c)
+        input_product, recurrent_product, projection = self.right_multipliers()
         offsets = [0]
         for n in batch_sizes:
             offsets.append(offsets[-1] + n)

@@ -41,17 +41,47 @@ class LMSoftmax(nn.Module):
                      reduction: str = "mean") -> torch.Tensor:
         """Sampled-softmax loss: hidden (N, P), targets (N,), candidates (S,) with their log expected counts."""
         true_logit = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - log_expected_targets  # (N,)
-        sampled = torch.addmm(self.bias[candidates] - log_expected_candidates, hidden,
-                              self.weight[candidates].t())  # (N, S)
         # accidental hits: where a candidate is the position's own target, drop it (O(N), not an (N, S) compare)
         column = torch.full((self.vocab_size,), -1, dtype=torch.long, device=candidates.device)
         column[candidates] = torch.arange(len(candidates), device=candidates.device)
         hit = column[targets]  # (N,) the target's column among the candidates, or -1
         rows = torch.nonzero(hit >= 0).squeeze(1)
-        sampled = sampled.index_put((rows, hit[rows]), torch.tensor(float("-inf"), dtype=sampled.dtype, device=sampled.device))
-        logits = torch.cat([true_logit.unsqueeze(1), sampled], dim=1)  # (N, 1 + S): the true class is column 0
-        # cross-entropy against column 0 = logsumexp - true logit, with a fused (much cheaper) backward
-        return F.cross_entropy(logits, targets.new_zeros(len(targets)), reduction=reduction)
+        per_position = SampledCrossEntropy.apply(hidden, self.weight[candidates],
+                                                 self.bias[candidates] - log_expected_candidates, true_logit,
+                                                 rows, hit[rows])  # (N,)
+        if reduction == "none":
+            return per_position
+        return per_position.mean() if reduction == "mean" else per_position.sum()
+
+
+class SampledCrossEntropy(torch.autograd.Function):
+    """Per position ``logsumexp([true, h W_c^T + b_c]) - true``, the hits (rows, cols) of the sampled logits at -inf.
+
+    The same value as cross-entropy over ``cat([true, sampled])`` with the true class first, in one (N, S) buffer:
+    the forward pass turns the logits into probabilities in place and the backward pass into their gradient, so
+    no (N, 1 + S) concatenation, log-softmax or gradient copies are made (the largest tensors of a training step).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, true_logit: torch.Tensor,
+                rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        probs = torch.addmm(bias, hidden, weight.t())  # (N, S) sampled logits
+        probs[rows, cols] = float("-inf")
+        top = torch.maximum(probs.max(dim=1).values, true_logit)  # (N,)
+        true_exp = torch.exp(true_logit - top)  # (N,)
+        total = probs.sub_(top.unsqueeze(1)).exp_().sum(dim=1) + true_exp  # (N,)
+        probs.div_(total.unsqueeze(1))
+        ctx.save_for_backward(hidden, weight, probs, true_exp / total)
+        return torch.log(total) + top - true_logit
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        hidden, weight, probs, true_prob = ctx.saved_tensors
+        grad_logits = probs * grad.unsqueeze(1)  # (N, S)
+        grad_hidden = grad_logits @ weight if ctx.needs_input_grad[0] else None  # (N, P)
+        grad_weight = grad_logits.t() @ hidden if ctx.needs_input_grad[1] else None  # (S, P)
+        grad_bias = grad_logits.sum(0) if ctx.needs_input_grad[2] else None  # (S,)
+        return grad_hidden, grad_weight, grad_bias, grad * (true_prob - 1.0), None, None
 
 
 class LogUniformSampler:
