@@ -110,6 +110,7 @@ class ProjectedLSTMLayer(nn.Module):
         for n in batch_sizes:
             offsets.append(offsets[-1] + n)
         steps, per_step, block_start = [], [], 0
+        zero_start = not bool(h.any())
         for t, n in enumerate(batch_sizes):
             if t == block_start + len(per_step):
                 # input projections of a block of steps in one matmul; one view per step, since slicing inside
@@ -120,7 +121,8 @@ class ProjectedLSTMLayer(nn.Module):
                 block = input_product(packed.data[offsets[t] : offsets[block_end]], self.bias)  # (rows, 4C)
                 per_step = block.split(batch_sizes[t:block_end])  # each (n_t, 4C)
             projected = per_step[t - block_start]
-            z = recurrent_product(h[:n], projected)  # (n, 4C)
+            # from a zero state (deterministic mode) step 0's recurrent product is exactly zero: skip it
+            z = projected if t == 0 and zero_start else recurrent_product(h[:n], projected)  # (n, 4C)
             r, c_new = self.step(z, c[:n], projection)
             steps.append(r)
             if n == h.shape[0]:
