@@ -39,9 +39,9 @@ class LayerSequence(torch.autograd.Function):
         cell_inside = torch.ones_like(memory, dtype=torch.bool) if cell_clip else None
         proj_inside = torch.ones_like(outputs, dtype=torch.bool) if proj_clip else None
         h, c = h0.clone(), c0.clone()  # (B, P), (B, C): every row's latest state
-        start = 0
+        starts = [0]  # step t's rows are starts[t] : starts[t] + batch_sizes[t]
         for n in batch_sizes:
-            rows = slice(start, start + n)
+            rows = slice(starts[-1], starts[-1] + n)
             z = torch.addmm(projected[rows], h[:n], hh_t)  # (n, 4C)
             a = gates[rows]
             i, f, g, o = a.chunk(4, dim=1)
@@ -60,8 +60,8 @@ class LayerSequence(torch.autograd.Function):
                 torch.logical_and(r >= -proj_clip, r <= proj_clip, out=proj_inside[rows])
                 r.clamp_(-proj_clip, proj_clip)
             h[:n], c[:n] = r, c_new
-            start += n
-        ctx.batch_sizes = batch_sizes
+            starts.append(starts[-1] + n)
+        ctx.batch_sizes, ctx.starts = batch_sizes, starts
         ctx.save_for_backward(h0, c0, weight_hh, weight_proj, gates, memory, tanh_memory, hidden, outputs,
                               cell_inside, proj_inside)
         return outputs, h, c
@@ -70,16 +70,13 @@ class LayerSequence(torch.autograd.Function):
     def backward(ctx, grad_outputs, grad_h, grad_c):
         (h0, c0, weight_hh, weight_proj, gates, memory, tanh_memory, hidden, outputs,
          cell_inside, proj_inside) = ctx.saved_tensors
-        batch_sizes = ctx.batch_sizes
+        batch_sizes, starts = ctx.batch_sizes, ctx.starts
         dh = torch.zeros_like(h0) if grad_h is None else grad_h.clone()  # (B, P) gradient of each row's state
         dc = torch.zeros_like(c0) if grad_c is None else grad_c.clone()  # (B, C)
         if grad_outputs is None:
             grad_outputs = torch.zeros_like(outputs)
         dz_all = torch.empty_like(gates)  # (N, 4C)
         dr_all = torch.empty_like(outputs)  # (N, P) after the projection clip's mask
-        starts = [0]
-        for n in batch_sizes[:-1]:
-            starts.append(starts[-1] + n)
         for t in range(len(batch_sizes) - 1, -1, -1):
             n, start = batch_sizes[t], starts[t]
             rows = slice(start, start + n)
