@@ -1,12 +1,14 @@
 """Deterministic mode's invariance, stateful mode's carried state, and the fast LSTM against the per-step reference."""
 
 import random
+import threading
 
 import pytest
 import torch
 
 from elmo.data.chars import batch_to_ids
 from elmo.model.bilm import remove_sentence_boundaries
+from elmo.model import lstm
 from elmo.model.lstm import reference_layer_forward
 from tests.conftest import random_bilm, small_config
 
@@ -65,19 +67,56 @@ def test_stateful_growth_starts_new_rows_from_zero():
     assert not torch.allclose(grown[0], grown[1])
 
 
-def test_fast_layer_equals_per_step_reference(report):
+# output rows of one input-projection block (4C = 96 floats per row): 1 (every step split), 6, the whole layer
+@pytest.mark.parametrize("block_rows", [1, 6, None])
+@pytest.mark.parametrize("zero_state", [False, True])
+def test_fast_layer_equals_per_step_reference(block_rows, zero_state, monkeypatch, report):
+    if block_rows is not None:
+        monkeypatch.setattr(lstm, "PROJECTION_BLOCK_BYTES", block_rows * 96 * 4)
     model = random_bilm(small_config(), scale=2.0)  # clips fire
     layer = model.forward_stack.layers[0]
     lengths = torch.tensor([7, 5, 5, 2, 1])
     x = torch.randn(5, 7, 8) * (torch.arange(7) < lengths.unsqueeze(1)).unsqueeze(-1)
-    state = (torch.randn(5, 8), torch.randn(5, 24))
+    state = (torch.zeros(5, 8), torch.zeros(5, 24)) if zero_state else (torch.randn(5, 8), torch.randn(5, 24))
     batch_sizes = [(lengths > t).sum().item() for t in range(7)]
     with torch.no_grad():
         fast, (h1, c1) = layer(x, batch_sizes, state)
         slow, (h2, c2) = reference_layer_forward(layer, x, lengths, state)
     worst = max(float((fast - slow).abs().max()), float((h1 - h2).abs().max()), float((c1 - c2).abs().max()))
-    report("fast LSTM layer vs per-step reference: max abs diff", worst)
+    report(f"fast LSTM layer vs per-step reference (block {block_rows} rows): max abs diff", worst)
     assert worst <= 1e-6
+
+
+def test_models_of_different_sizes_and_threads_share_the_projection_scratch_safely():
+    """The input projections go through one reused buffer per thread: interleaving models of different sizes, and
+    running the same model in two threads at once, must give each call its own right answer."""
+    small = random_bilm(small_config(), seed=1, scale=2.0)
+    wider = random_bilm(small_config(dim=40), seed=2, scale=2.0)
+    batches = [batch_to_ids(_sentences(size, seed)) for seed, size in ((0, 5), (1, 3), (2, 6))]
+    with torch.no_grad():
+        alone = {name: [model(ids).layers[-1] for ids in batches] for name, model in (("s", small), ("w", wider))}
+        for index, ids in enumerate(batches):  # interleaved: each call may reallocate the scratch
+            assert torch.equal(small(ids).layers[-1], alone["s"][index])
+            assert torch.equal(wider(ids).layers[-1], alone["w"][index])
+
+    results, errors = {}, []
+
+    def run(name):
+        try:
+            with torch.no_grad():
+                results[name] = [small(ids).layers[-1] for ids in batches * 5]
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for name in ("a", "b"):
+        for index, got in enumerate(results[name]):
+            torch.testing.assert_close(got, alone["s"][index % len(batches)], rtol=0, atol=1e-6)
 
 
 def test_padding_positions_are_zero_and_mask_matches(fixture_model):
@@ -178,3 +217,16 @@ def test_int8_mode_is_close_and_fp32_is_restored(fixture_model):
 def test_unknown_precision_is_refused(fixture_model):
     with pytest.raises(ValueError, match="fp32, bf16, int8"):
         fixture_model.set_matmul_precision("fp8")
+
+
+def test_inference_mode_and_no_grad_calls_can_alternate(fixture_model):
+    """The reused projection buffer is made once; it must stay writable under both kinds of grad-free call."""
+    ids = batch_to_ids(_sentences(4, 3))
+    lstm._scratch.buffers.clear()  # made afresh below, inside inference mode
+    with torch.inference_mode():
+        first = fixture_model(ids).layers[-1].clone()
+    with torch.no_grad():
+        second = fixture_model(ids).layers[-1]
+    with torch.inference_mode():
+        third = fixture_model(ids).layers[-1]
+    assert torch.equal(first, second) and torch.equal(first, third)

@@ -7,8 +7,9 @@ few rows costs about as much as the arithmetic. MKL can pack a matrix once and r
 1.4x faster for the recurrent product and 1.25x for the projection (benchmarks/inference.py). The products are
 float32 BLAS all the same, so results agree with ``addmm`` to float32 rounding.
 
-Where MKL packing is not available (non-MKL builds, other devices, other dtypes) a contiguous transposed copy is
-used, which BLAS multiplies faster than a transposed view.
+Where MKL packing is not available (non-MKL builds, other devices, other dtypes), or a matrix is multiplied by
+many rows at once (the input projections of a whole layer, ``pack=False``), a contiguous transposed copy is used,
+which BLAS multiplies faster than a transposed view; that path can also write into a caller's buffer (``out``).
 """
 
 from __future__ import annotations
@@ -52,29 +53,37 @@ class RightMultiplier:
     weight, so build one per weight version (``ProjectedLSTMLayer`` caches them at inference).
     """
 
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True) -> None:
         dtype = dtype or weight.dtype
         self.packed = None
-        if (dtype == torch.float32 == weight.dtype and weight.device.type == "cpu"
+        if (pack and dtype == torch.float32 == weight.dtype and weight.device.type == "cpu"
                 and weight.numel() >= MIN_PACKED_ELEMENTS and mkl_packing_available()):
             self.weight = weight.detach().contiguous()  # (out, in) MKL wants the original too
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, _ROWS_HINT)
         else:
             self.weight_t = weight.detach().t().to(dtype).contiguous()  # (in, out)
 
-    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        """x (n, in) -> (n, out); ``add`` is a bias (out,) or a per-row term (n, out) added to the product."""
+    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """x (n, in) -> (n, out); ``add`` is a bias (out,) or a per-row term (n, out) added to the product.
+
+        ``out``: a buffer (n, out) the result may be written into (the unpacked same-dtype path does; the others
+        return a new tensor); use the returned tensor either way.
+        """
         if self.packed is not None:
             if x.shape[0] == 0:  # MKL refuses an empty product
-                out = x.new_zeros(0, self.weight.shape[0])
-                return out if add is None else out + add
+                empty = x.new_zeros(0, self.weight.shape[0])
+                return empty if add is None else empty + add
             bias = add if add is not None and add.dim() == 1 else None
-            out = torch.ops.mkl._mkl_linear(x.contiguous(), self.packed, self.weight, bias, x.shape[0])  # (n, out)
-            return out.add_(add) if add is not None and bias is None else out
+            product = torch.ops.mkl._mkl_linear(x.contiguous(), self.packed, self.weight, bias, x.shape[0])  # (n, out)
+            return product.add_(add) if add is not None and bias is None else product
         if self.weight_t.dtype == x.dtype:
+            if out is not None and out.dtype == x.dtype and out.device == x.device:
+                return torch.mm(x, self.weight_t, out=out) if add is None else torch.addmm(add, x, self.weight_t,
+                                                                                          out=out)
             return x @ self.weight_t if add is None else torch.addmm(add, x, self.weight_t)
-        out = (x.to(self.weight_t.dtype) @ self.weight_t).to(x.dtype)  # bf16 product, float32 result
-        return out if add is None else out + add
+        product = (x.to(self.weight_t.dtype) @ self.weight_t).to(x.dtype)  # bf16 product, float32 result
+        return product if add is None else product + add
 
 
 class Int8RightMultiplier:
@@ -101,15 +110,18 @@ class Int8RightMultiplier:
         finally:
             torch.backends.quantized.engine = previous
 
-    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        out = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, True)  # (n, out)
-        return out if add is None else out.add_(add)
+    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """As ``RightMultiplier.__call__``; ``out`` is not used (the quantized product allocates its own)."""
+        product = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, True)  # (n, out)
+        return product if add is None else product.add_(add)
 
 
-def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None):
+def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True):
     """The inference multiplier for ``weight`` in the given matmul dtype (None: the weight's own; torch.bfloat16;
-    torch.qint8: dynamic int8 quantisation)."""
-    return Int8RightMultiplier(weight) if dtype == torch.qint8 else RightMultiplier(weight, dtype)
+    torch.qint8: dynamic int8 quantisation). ``pack=False`` for a matrix multiplied by many rows per call, where
+    MKL's packed product is no faster and cannot write into a buffer."""
+    return Int8RightMultiplier(weight) if dtype == torch.qint8 else RightMultiplier(weight, dtype, pack)
 
 
 class AutogradRightMultiplier:
@@ -119,5 +131,7 @@ class AutogradRightMultiplier:
     def __init__(self, weight: torch.Tensor) -> None:
         self.weight_t = weight.t().contiguous()  # (in, out)
 
-    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """As ``RightMultiplier.__call__``; ``out`` is not used (autograd needs a new tensor)."""
         return x @ self.weight_t if add is None else torch.addmm(add, x, self.weight_t)
