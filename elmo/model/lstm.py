@@ -49,7 +49,9 @@ class _ProjectionScratch(threading.local):
         buffer = self.buffers.get(key)
         if buffer is None or buffer.shape[0] < rows:
             self.buffers.clear()  # at most one buffer per thread
-            capacity = max(rows, PROJECTION_BLOCK_BYTES // (cols * like.element_size()))
+            # grows by doubling up to one block (a rare longer step gets exactly what it needs)
+            block = PROJECTION_BLOCK_BYTES // (cols * like.element_size())
+            capacity = max(rows, min(2 * (0 if buffer is None else buffer.shape[0]), block))
             with torch.inference_mode(False):  # a normal tensor: writable in and outside inference mode
                 buffer = self.buffers[key] = torch.empty(capacity, cols, dtype=like.dtype, device=like.device)
         return buffer[:rows]
