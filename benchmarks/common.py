@@ -13,28 +13,38 @@ from elmo.config import ElmoConfig
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """Best fp32 GFLOP/s of an n x n matmul with the current thread setting."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def synchronize(device: str | torch.device = "cpu") -> None:
+    """Wait for queued GPU work, so a timer measures it (nothing to wait for on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak_gflops(n: int | None = None, repeats: int = 10, device: str | torch.device = "cpu") -> float:
+    """Best fp32 GFLOP/s of an n x n matmul with the current thread setting (n: 2,048 on the CPU, 8,192 on a GPU)."""
+    n = n or (2048 if torch.device(device).type == "cpu" else 8192)
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     a @ b
     best = float("inf")
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         a @ b
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best / 1e9
 
 
-def step_products_gflops(config: ElmoConfig, rows: int = 32, repeats: int = 20) -> float:
+def step_products_gflops(config: ElmoConfig, rows: int = 32, repeats: int = 20,
+                         device: str | torch.device = "cpu") -> float:
     """GFLOP/s of one LSTM step's two products alone (rows x P by P x 4C, rows x C by C x P), through the fast
     path's own multipliers: the ceiling of the time loop at this batch size, since those products are most of it."""
     from elmo.model.packed import RightMultiplier
 
     lstm = config.lstm
-    recurrent = RightMultiplier(torch.randn(4 * lstm.dim, lstm.projection_dim) / 30)
-    projection = RightMultiplier(torch.randn(lstm.projection_dim, lstm.dim) / 60)
-    h, m = torch.randn(rows, lstm.projection_dim), torch.randn(rows, lstm.dim)
-    seconds = best_time(lambda: [(recurrent(h), projection(m)) for _ in range(repeats)], 3) / repeats
+    recurrent = RightMultiplier(torch.randn(4 * lstm.dim, lstm.projection_dim, device=device) / 30)
+    projection = RightMultiplier(torch.randn(lstm.projection_dim, lstm.dim, device=device) / 60)
+    h, m = torch.randn(rows, lstm.projection_dim, device=device), torch.randn(rows, lstm.dim, device=device)
+    seconds = best_time(lambda: [(recurrent(h), projection(m)) for _ in range(repeats)], 3, device) / repeats
     return 2 * rows * (lstm.projection_dim * 4 * lstm.dim + lstm.dim * lstm.projection_dim) / seconds / 1e9
 
 
@@ -66,11 +76,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def best_time(fn, repeats: int) -> float:
+def best_time(fn, repeats: int, device: str | torch.device = "cpu") -> float:
     fn()  # warm-up
     best = float("inf")
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         fn()
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return best

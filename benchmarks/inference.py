@@ -9,7 +9,9 @@ ratio to the reference path, and the max abs diff of every layer to the referenc
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -23,6 +25,7 @@ from random_weights import random_bilm  # noqa: E402
 
 from elmo.data.chars import batch_to_ids  # noqa: E402
 from elmo.embed import Embedder  # noqa: E402
+from elmo.model.fused_lstm import use_fused_lstm  # noqa: E402
 from elmo.model.reference import reference_forward  # noqa: E402
 
 
@@ -41,7 +44,8 @@ def run_batches(model, batches, reference=False):
 def embedder_pass(model, text, size):
     """The whole input through ``Embedder.embed`` (sorted by length, batches of ``size``, input order restored)."""
     model.char_encoder.forget_tokens()
-    return Embedder(model, max_batch_size=size, max_tokens=1 << 30).embed(text)
+    device = next(model.parameters()).device
+    return Embedder(model, max_batch_size=size, max_tokens=1 << 30, device=device).embed(text)
 
 
 def embedder_diff(arrays, reference_out, size: int) -> float:
@@ -50,7 +54,7 @@ def embedder_diff(arrays, reference_out, size: int) -> float:
     for index, array in enumerate(arrays):
         layers = reference_out[index // size]
         n = array.shape[1]
-        expected = torch.stack([layer[index % size, 1 : n + 1] for layer in layers])  # (L+1, n, D)
+        expected = torch.stack([layer[index % size, 1 : n + 1] for layer in layers]).cpu()  # (L+1, n, D)
         worst = max(worst, float((torch.from_numpy(array) - expected).abs().max()) if n else 0.0)
     return worst
 
@@ -68,23 +72,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--order", choices=("sorted", "file"), default="sorted",
                         help="sorted: sentences grouped by length, as Embedder and `elmo embed` do; file: as read")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a machine with a GPU")
+    parser.add_argument("--text", type=Path, default=None,
+                        help="one tokenised sentence per line (default: ../shared/data/en/1b-heldout/dev.tokens)")
     args = parser.parse_args()
 
+    device = torch.device(args.device)
+    on_cpu = device.type == "cpu"
     torch.set_num_threads(torch.get_num_threads())
-    peak = matmul_peak_gflops()
-    model = random_bilm(args.size)
+    peak = matmul_peak_gflops(device=device)
+    model = random_bilm(args.size).to(device)
+    fused = copy.deepcopy(model)  # nn.LSTM(proj_size=...) layers: cuDNN on a GPU; cannot clip, so it differs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the clips fire in these weights: its row prints how much that changes
+        use_fused_lstm(fused, allow_clips=True)
     flops = flops_per_token(model.config)
-    text = sentences(args.sentences)
+    text = sentences(args.sentences, args.text)
     if args.order == "sorted":
         text = sorted(text, key=len, reverse=True)
     n_tokens = sum(len(s) for s in text)
+    source = args.text.name if args.text else "1B Word held-out dev"
     print(f"model {args.size}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
-          f"{flops / 1e6:.0f} MFLOP/token; {len(text)} sentences, {n_tokens} tokens (1B Word held-out dev, "
+          f"{flops / 1e6:.0f} MFLOP/token; {len(text)} sentences, {n_tokens} tokens ({source}, "
           f"batches in {args.order} order); "
-          f"threads {torch.get_num_threads()}; matmul peak {peak:.0f} GFLOP/s "
+          f"{'threads ' + str(torch.get_num_threads()) if on_cpu else torch.cuda.get_device_name(device)}; "
+          f"matmul peak {peak:.0f} GFLOP/s "
           f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
     for rows in sorted({int(b) for b in args.batch_sizes.split(",")}):
-        ceiling = step_products_gflops(model.config, rows)
+        ceiling = step_products_gflops(model.config, rows, device=device)
         print(f"ceiling at batch {rows}: one LSTM step's products alone run at {ceiling:.0f} GFLOP/s "
               f"= {100 * ceiling / peak:.0f}% of peak")
     print()
@@ -103,20 +118,24 @@ def main() -> None:
          lambda: model.set_matmul_precision("fp32")),
         ("fast, stateful", lambda: (setattr(model, "stateful", True), model.reset_states()),
          lambda: setattr(model, "stateful", False)),
+        ("optional: nn.LSTM (cuDNN on a GPU; clips ignored)", lambda: None, lambda: None),
     ]
+    if not on_cpu:
+        paths = [path for path in paths if "int8" not in path[0]]  # CPU-only mode
     for size in [int(b) for b in args.batch_sizes.split(",")]:
-        batches = [batch_to_ids(text[i : i + size]) for i in range(0, len(text), size)]
+        batches = [batch_to_ids(text[i : i + size]).to(device) for i in range(0, len(text), size)]
         reference_out, reference_time = None, None
         if size in reference_sizes:
-            reference_time = best_time(lambda: run_batches(model, batches, reference=True), 1)
+            reference_time = best_time(lambda: run_batches(model, batches, reference=True), 1, device)
             reference_out = run_batches(model, batches, reference=True)
             row(size, "reference (per step, all slots)", n_tokens / reference_time, flops, peak, "1.00", "0")
         for name, set_up, tear_down in paths:
+            runner = fused if name.startswith("optional: nn.LSTM") else model
             set_up()
-            seconds = best_time(lambda: run_batches(model, batches), args.repeats)
+            seconds = best_time(lambda: run_batches(runner, batches), args.repeats, device)
             if model.stateful:
                 model.reset_states()
-            out = run_batches(model, batches)
+            out = run_batches(runner, batches)
             tear_down()
             ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
             diff = "-"
@@ -124,17 +143,19 @@ def main() -> None:
                 diff = f"{max(float((a - b).abs().max()) for x, y in zip(out, reference_out) for a, b in zip(x, y)):.1e}"
             row(size, name, n_tokens / seconds, flops, peak, ratio, diff)
         if args.order == "file":  # what a user of Embedder gets from the same file: sorted, then batched
-            seconds = best_time(lambda: embedder_pass(model, text, size), args.repeats)
+            seconds = best_time(lambda: embedder_pass(model, text, size), args.repeats, device)
             ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
             diff = (f"{embedder_diff(embedder_pass(model, text, size), reference_out, size):.1e}"
                     if reference_out is not None else "-")
             row(size, "fast, Embedder.embed (input sorted by length, then batches)", n_tokens / seconds, flops,
                 peak, ratio, diff)
         sys.stdout.flush()
-    end_peak = matmul_peak_gflops()
+    end_peak = matmul_peak_gflops(device=device)
     print(f"\nmatmul peak measured again at the end: {end_peak:.0f} GFLOP/s (the % column uses the first, "
           f"{peak:.0f}; this machine's peak drifts, so read % of peak to within that difference)")
     print(f"peak RSS {peak_rss_mb():,.0f} MB")
+    if not on_cpu:
+        print(f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**20:,.0f} MB")
 
 
 if __name__ == "__main__":

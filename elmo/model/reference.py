@@ -32,7 +32,7 @@ def reference_forward(bilm: BiLM, char_ids: torch.Tensor) -> BiLMOutput:
     """Same contract as ``BiLM.forward`` (stateful mode included), computed the slow, obvious way."""
     ids, lengths = add_sentence_boundaries(char_ids)  # (B, T+2, W), (B,)
     batch, steps, width = ids.shape
-    mask = torch.arange(steps) < lengths.unsqueeze(1)  # (B, T+2)
+    mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
     tokens = bilm.char_encoder(ids.view(-1, width), trim=False).view(batch, steps, -1)  # (B, T+2, P), all slots
     tokens = tokens * mask.unsqueeze(-1)
     h0, c0 = bilm._initial_state(batch, tokens)  # (2, L, B, P), (2, L, B, C)
