@@ -222,7 +222,7 @@ def test_unknown_precision_is_refused(fixture_model):
 def test_inference_mode_and_no_grad_calls_can_alternate(fixture_model):
     """The reused projection buffer is made once; it must stay writable under both kinds of grad-free call."""
     ids = batch_to_ids(_sentences(4, 3))
-    lstm._scratch.buffers.clear()  # made afresh below, inside inference mode
+    lstm._scratch.buffer = None  # made afresh below, inside inference mode
     with torch.inference_mode():
         first = fixture_model(ids).layers[-1].clone()
     with torch.no_grad():

@@ -35,26 +35,23 @@ PROJECTION_BLOCK_BYTES = 64 << 20  # input projections computed in one matmul: u
 
 
 class _ProjectionScratch(threading.local):
-    """One reusable output buffer per thread (and device/dtype) for the input projections; layers run one after
-    another, and no view of a block outlives its layer's time loop."""
+    """One reusable output buffer per thread for the input projections; layers run one after another, and no view
+    of a block outlives its layer's time loop."""
 
-    buffers: dict
-
-    def __init__(self) -> None:
-        self.buffers = {}
+    buffer: torch.Tensor | None = None
 
     def take(self, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
         """A (rows, cols) buffer with ``like``'s dtype and device, contents undefined."""
-        key = (like.device, like.dtype, cols)
-        buffer = self.buffers.get(key)
-        if buffer is None or buffer.shape[0] < rows:
-            self.buffers.clear()  # at most one buffer per thread
+        old = self.buffer
+        same_kind = old is not None and (old.shape[1], old.dtype, old.device) == (cols, like.dtype, like.device)
+        if not same_kind or old.shape[0] < rows:
             # grows by doubling up to one block (a rare longer step gets exactly what it needs)
             block = PROJECTION_BLOCK_BYTES // (cols * like.element_size())
-            capacity = max(rows, min(2 * (0 if buffer is None else buffer.shape[0]), block))
+            capacity = max(rows, min(2 * old.shape[0] if same_kind else 0, block))
+            self.buffer = None  # free the old buffer before making the new one
             with torch.inference_mode(False):  # a normal tensor: writable in and outside inference mode
-                buffer = self.buffers[key] = torch.empty(capacity, cols, dtype=like.dtype, device=like.device)
-        return buffer[:rows]
+                self.buffer = torch.empty(capacity, cols, dtype=like.dtype, device=like.device)
+        return self.buffer[:rows]
 
 
 _scratch = _ProjectionScratch()
@@ -160,6 +157,9 @@ class ProjectedLSTMLayer(nn.Module):
         steps, per_step, block_start = [], [], 0
         zero_start = not bool(h.any())
         block_rows = max(1, PROJECTION_BLOCK_BYTES // (4 * self.cell_size * x.element_size()))
+        inference = not torch.is_grad_enabled()
+        step = self.step_in_place if inference else self.step
+        reuse = inference and self.matmul_dtype is None  # fp32 inference: projections into the thread's scratch
         for t, n in enumerate(batch_sizes):
             if t == block_start + len(per_step):
                 # input projections of a block of steps in one matmul; one view per step, since slicing inside
@@ -168,17 +168,13 @@ class ProjectedLSTMLayer(nn.Module):
                 while block_end < len(batch_sizes) and offsets[block_end + 1] - offsets[t] <= block_rows:
                     block_end += 1
                 rows = packed.data[offsets[t] : offsets[block_end]]  # (rows, In)
-                reuse = not torch.is_grad_enabled() and self.matmul_dtype is None  # fp32 inference: into the scratch
                 buffer = _scratch.take(rows.shape[0], 4 * self.cell_size, rows) if reuse else None
                 block = input_product(rows, self.bias, out=buffer)  # (rows, 4C)
                 per_step = block.split(batch_sizes[t:block_end])  # each (n_t, 4C)
             projected = per_step[t - block_start]
             # from a zero state (deterministic mode) step 0's recurrent product is exactly zero: skip it
             z = projected if t == 0 and zero_start else recurrent_product(h[:n], projected)  # (n, 4C)
-            if torch.is_grad_enabled():
-                r, c_new = self.step(z, c[:n], projection)
-            else:
-                r, c_new = self.step_in_place(z, c[:n], projection)
+            r, c_new = step(z, c[:n], projection)
             steps.append(r)
             if n == h.shape[0]:
                 h, c = r, c_new
