@@ -230,3 +230,24 @@ def test_inference_mode_and_no_grad_calls_can_alternate(fixture_model):
     with torch.inference_mode():
         third = fixture_model(ids).layers[-1]
     assert torch.equal(first, second) and torch.equal(first, third)
+
+
+def test_a_model_that_has_run_can_be_copied_and_pickled():
+    """After inference a layer holds pre-packed (opaque) weights; copies and pickles must leave them out and the
+    copy must give the same outputs."""
+    import copy
+    import io
+    import pickle
+
+    model = random_bilm(small_config(dim=2048, projection_dim=512), seed=3)  # W_hh large enough to be packed
+    ids = batch_to_ids(_sentences(4, 5))
+    with torch.inference_mode():
+        expected = model(ids).layers[-1].clone()
+    assert any(getattr(layer, "_cached", None) for layer in model.modules()), "nothing was packed: test is moot"
+    duplicate = copy.deepcopy(model)
+    restored = pickle.loads(pickle.dumps(model))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)  # whole-module save, as some users do
+    with torch.inference_mode():
+        assert torch.equal(duplicate(ids).layers[-1], expected)
+        assert torch.equal(restored(ids).layers[-1], expected)

@@ -99,6 +99,14 @@ class ProjectedLSTMLayer(nn.Module):
             self._cache_key = key
         return self._cached
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the pre-packed weights behind: they are opaque BLAS buffers (``deepcopy`` of
+        them fails) and are rebuilt from the parameters on the next inference call."""
+        state = dict(super().__getstate__())
+        state.pop("_cached", None)
+        state.pop("_cache_key", None)
+        return state
+
     def step(self, z: torch.Tensor, c_prev: torch.Tensor, project: Multiplier | None = None) -> State:
         """Gate pre-activations z (n, 4C) and previous memory (n, C) -> new (r (n, P), c (n, C))."""
         i, f, g, o = z.chunk(4, dim=-1)  # each (n, C)
