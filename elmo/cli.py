@@ -52,8 +52,8 @@ def _embed_tokenizer(args: argparse.Namespace):
     from elmo.text.tokenize import get_tokenizer
 
     name = args.tokenize
-    if name is None and args.options is None:
-        name = pretrained.shipped_tokenizer(args.model or pretrained.DEFAULT_MODEL)
+    if name is None:
+        name = pretrained.shipped_tokenizer(args.model, args.options, args.weights)
     return None if name is None else get_tokenizer(name)
 
 
@@ -534,9 +534,28 @@ def _add_context_commands(sub) -> None:
                                            "for its script is installed)")
 
 
+def _check_device(name: str | None) -> None:
+    """A ``--device`` this machine can run on, or a one-line error saying what to use instead."""
+    if name is None:
+        return
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name}: not a device name (cpu, cuda, cuda:1, mps)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_device(getattr(args, "device", None))
         with warnings.catch_warnings():
             warnings.showwarning = lambda msg, *a, **k: print(f"warning: {msg}", file=sys.stderr)
             args.func(args)

@@ -115,7 +115,7 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
 
 def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str] | None]:
     """Lines ``sentence`` or ``label<TAB>sentence`` (all lines alike); blank lines skipped."""
-    lines = [line for line in Path(path).read_text(encoding="utf-8").split("\n") if line.strip()]
+    lines = [line for line in Path(path).read_text(encoding="utf-8-sig").split("\n") if line.strip()]
     if lines and all("\t" in line for line in lines):
         pairs = [line.split("\t", 1) for line in lines]
         return [s for _, s in pairs], [label for label, _ in pairs]

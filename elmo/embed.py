@@ -51,10 +51,9 @@ class Embedder:
         from elmo.io.load import load_bilm
         from elmo.text.tokenize import get_tokenizer
 
-        name = pretrained.DEFAULT_MODEL if model is None and options is None and weights is None else model
-        if "tokenizer" not in kwargs and (tokenizer_name := pretrained.shipped_tokenizer(name)):
+        if "tokenizer" not in kwargs and (tokenizer_name := pretrained.shipped_tokenizer(model, options, weights)):
             kwargs["tokenizer"] = get_tokenizer(tokenizer_name)
-        return cls(load_bilm(name, options, weights), **kwargs)
+        return cls(load_bilm(model, options, weights), **kwargs)
 
     @property
     def dim(self) -> int:

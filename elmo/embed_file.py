@@ -49,7 +49,8 @@ def read_lines(path: str | Path, errors: str = "strict",
     with open(path, "rb") as f:
         for number, raw in enumerate(f):
             try:
-                text = raw.decode("utf-8", errors=errors).strip()
+                # a byte-order mark (Windows editors) is not part of the first sentence
+                text = raw.decode("utf-8-sig" if number == 0 else "utf-8", errors=errors).strip()
             except UnicodeDecodeError as err:
                 raise InputFileError(f"{path}, line {number + 1}: invalid UTF-8 at byte {err.start} "
                                      f"(use --errors replace to substitute U+FFFD)") from None
@@ -90,20 +91,25 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
         raise ValueError(f"layers must be 'all', 'top' or 'average', got {layers!r}")
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    if Path(input_path).exists() and not Path(input_path).is_file():
+        raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
+                             f"count lines, then to embed them): save it to a file first")
     fix_mmap_threshold()  # flat memory over long files (elmo/memory.py)
     bilm = bilm.to(device).eval()
-    parts = PartStore(Path(str(output_path) + ".parts"),
-                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors)
-                      | {"tokenizer": getattr(tokenizer, "__name__", "custom") if tokenizer else "whitespace"},
-                      resume)
-    if bilm.stateful and parts.completed:
-        bilm._carrier.state = parts.carried_state(parts.completed - 1)
-    sentence_to_index: dict[str, str] = {}
-    seen_keys: set[str] = set()
-    total = count_lines(input_path)
     if bilm.stateful:
         chunk_size = batch_size  # one batch per chunk, in file order
     chunk_size = chunk_size or max(batch_size * 16, 1024)
+    # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
+    parts = PartStore(Path(str(output_path) + ".parts"),
+                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors)
+                      | {"tokenizer": getattr(tokenizer, "__name__", "custom") if tokenizer else "whitespace",
+                         "chunk_size": chunk_size, "precision": bilm.matmul_precision},
+                      resume)
+    if bilm.stateful and parts.completed:
+        bilm._carrier.state = _on_device(parts.carried_state(parts.completed - 1), device)
+    sentence_to_index: dict[str, str] = {}
+    seen_keys: set[str] = set()
+    total = count_lines(input_path)
     lines = read_lines(input_path, errors, tokenizer)
     with tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
         number = 0
@@ -176,6 +182,11 @@ class PartStore:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _on_device(state, device: str | torch.device):
+    """A carried state read back from a part (CPU tensors) moved to the device the model runs on."""
+    return None if state is None else tuple(t.to(device) for t in state)
+
+
 def _run_fingerprint(bilm: BiLM, input_path: str | Path, layers: str, batch_size: int, use_sentence_keys: bool,
                      errors: str) -> dict:
     stat = Path(input_path).stat()
@@ -205,8 +216,9 @@ def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str 
         return str(line.number)
     key = line.text
     where = f"{path}, line {line.number + 1}"
-    if not key or key == "." or "/" in key:
-        raise InputFileError(f"{where}: {key!r} cannot be an HDF5 dataset name ('/' separates groups); "
+    if not key or key == "." or "/" in key or "\0" in key:
+        raise InputFileError(f"{where}: {key!r} cannot be an HDF5 dataset name (empty, '.', or holding '/' or "
+                             f"a NUL character); "
                              f"drop --use-sentence-keys to name datasets by line number")
     if key in seen:
         raise InputFileError(f"{where}: duplicate sentence {key[:60]!r} cannot be a key twice; "

@@ -64,9 +64,13 @@ def known_names() -> list[str]:
     return shipped_names() + list(OFFICIAL)
 
 
-def shipped_tokenizer(name: str | Path | None) -> str | None:
-    """The tokenizer name a shipped model's text was made with ("en", "ko"), or None for anything else."""
-    return SHIPPED_TOKENIZERS.get(str(name)) if name is not None and is_model_name(str(name)) else None
+def shipped_tokenizer(name: str | Path | None, options: str | Path | None = None,
+                      weights: str | Path | None = None) -> str | None:
+    """The tokenizer a shipped model's text was made with ("en", "ko") for the model these ``load_bilm`` arguments
+    name (nothing at all: the shipped default), or None for anything else."""
+    if name is None:
+        return SHIPPED_TOKENIZERS[DEFAULT_MODEL] if options is None and weights is None else None
+    return SHIPPED_TOKENIZERS.get(str(name)) if is_model_name(str(name)) else None
 
 
 def is_model_name(name: str | Path) -> bool:

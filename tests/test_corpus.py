@@ -79,3 +79,10 @@ def test_gzip_and_globs(tmp_path):
     files = expand_files([str(tmp_path / "*.txt*")])
     source = SentenceSource(files, shuffle=False, loop=False)
     assert source.next_chunk() == [["x", "y"], ["z"]]
+
+
+def test_a_file_name_with_glob_characters_is_taken_literally(tmp_path):
+    (tmp_path / "corpus[1].txt").write_text("a b\n", encoding="utf-8")
+    (tmp_path / "corpus1.txt").write_text("x y\n", encoding="utf-8")  # what the name matches as a pattern
+    assert expand_files([str(tmp_path / "corpus[1].txt")]) == [tmp_path / "corpus[1].txt"]
+    assert expand_files([str(tmp_path / "corpus[0-9].txt")]) == [tmp_path / "corpus1.txt"]

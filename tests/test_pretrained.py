@@ -94,3 +94,17 @@ def test_a_local_folder_named_like_a_model_wins(tmp_path, monkeypatch):
     shutil.copy(WEIGHTS, folder / "weights.hdf5")
     monkeypatch.chdir(tmp_path)
     assert load_bilm("small").config.lstm.dim == 64  # the local folder, no download attempted
+
+
+def test_a_local_folder_named_en_does_not_replace_the_default_model(tmp_path, monkeypatch, capsys):
+    """With no model given the shipped default loads, whatever folders the working directory holds; naming the
+    shadowed model explicitly says what shadows it."""
+    from elmo.embed import Embedder
+
+    (tmp_path / "en").mkdir()  # e.g. a project's English data folder
+    monkeypatch.chdir(tmp_path)
+    default = Embedder.from_pretrained()
+    assert default.bilm.config.lstm.dim == load_bilm(pretrained.SHIPPED_DIR / "en").config.lstm.dim
+    assert default.tokenize(["Don't stop."])[0] == ["Do", "n't", "stop", "."]  # the shipped model's tokenizer
+    assert main(["show", "a b", "--model", "en"]) == 2
+    assert "shadows the model name 'en'" in capsys.readouterr().err

@@ -41,9 +41,13 @@ class CorpusError(ValueError):
 
 
 def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
-    """Files named directly or by glob patterns, in sorted order per pattern; an unmatched pattern is an error."""
+    """Files named directly or by glob patterns, in sorted order per pattern; an unmatched pattern is an error.
+    A name that exists is taken literally (``corpus[1].txt`` is that file, not a pattern)."""
     files: list[Path] = []
     for pattern in patterns:
+        if Path(pattern).is_file():
+            files.append(Path(pattern))
+            continue
         matched = sorted(glob.glob(str(pattern), recursive=True))
         if not matched:
             raise CorpusError(f"{pattern}: no such file (or the pattern matches nothing)")

@@ -18,8 +18,8 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
     if model is not None and (options is not None or weights is not None):
         raise ValueError("give either a model directory or --options and --weights, not both")
     if model is None and options is None and weights is None:
-        model = pretrained.DEFAULT_MODEL
-    if model is not None and pretrained.is_model_name(str(model)):
+        model = pretrained.resolve(pretrained.DEFAULT_MODEL)["model"]  # shipped: a local folder "en" is not it
+    elif model is not None and pretrained.is_model_name(str(model)):
         files = pretrained.resolve(str(model))
         model, options, weights = files.get("model"), files.get("options"), files.get("weights")
     if model is None:
@@ -35,5 +35,7 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
             raise WeightFileError(f"{root}: expected exactly one .hdf5 weight file beside options.json, "
                                   f"found {len(candidates)}")
         return load_official(root / "options.json", candidates[0], stateful=stateful)
+    shadowed = (f"; a local {root} shadows the model name {str(model)!r}: run elsewhere or rename the folder to use "
+                f"the named model" if str(model) in pretrained.known_names() and root.exists() else "")
     raise FileNotFoundError(f"{root}: not a model directory (config.json + model.safetensors, "
-                            f"or options.json + one .hdf5)")
+                            f"or options.json + one .hdf5){shadowed}")

@@ -47,6 +47,7 @@ class BiLM(nn.Module):
         self.backward_stack = backward_stack
         self.stateful = stateful
         self._carrier = StateCarrier()
+        self.matmul_precision = "fp32"  # set_matmul_precision changes it
 
     @classmethod
     def from_config(cls, config: ElmoConfig, stateful: bool = False) -> "BiLM":
@@ -72,6 +73,7 @@ class BiLM(nn.Module):
         if precision not in dtypes:
             raise ValueError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
         self.char_encoder.matmul_dtype, lstm_dtype = dtypes[precision]
+        self.matmul_precision = precision
         for stack in (self.forward_stack, self.backward_stack):
             for layer in stack.layers:
                 layer.matmul_dtype = lstm_dtype

@@ -82,7 +82,9 @@ def test_a_sentence_with_a_slash(tmp_path, capsys):
     rc, out = _embed(tmp_path, b"and/or 1/2\n")
     assert rc == 0 and out["0"].shape == (2, 32)
     rc, _ = _embed(tmp_path, b"and/or 1/2\n", "--use-sentence-keys")
-    assert rc == 2 and "'/' separates groups" in capsys.readouterr().err
+    assert rc == 2 and "holding '/'" in capsys.readouterr().err
+    rc, _ = _embed(tmp_path, b"a\x00b\n", "--use-sentence-keys")
+    assert rc == 2 and "line 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change,message", [
@@ -156,3 +158,27 @@ def test_non_finite_weights_are_refused_in_both_formats(tmp_path):
     save_file(state, str(folder / "model.safetensors"))
     with pytest.raises(ModelFileError, match="NaN"):
         load_model(folder)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    _, plain = _embed(tmp_path, "the bank .\nA river\n".encode())
+    _, marked = _embed(tmp_path, "\ufeffthe bank .\nA river\n".encode())
+    assert all(np.array_equal(plain[k], marked[k]) for k in ("0", "1"))
+    assert json.loads(marked["sentence_to_index"][0]) == {"the bank .": "0", "A river": "1"}
+
+
+def test_input_that_is_not_a_regular_file_gets_one_line(tmp_path, capsys):
+    rc = main(["embed", str(tmp_path), str(tmp_path / "out.hdf5"), "--top", "--quiet", *MODEL])
+    assert rc == 2 and "not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device,message", [("gpu", "not a device name"), ("cuda:7", "CUDA"), ("mps", "MPS")])
+def test_a_device_this_machine_lacks_gets_one_line(tmp_path, capsys, device, message):
+    import torch
+
+    if (device.startswith("cuda") and torch.cuda.device_count() > 7) or (
+            device == "mps" and torch.backends.mps.is_available()):
+        pytest.skip("this machine has that device")
+    rc, _ = _embed(tmp_path, b"a b\n", "--device", device)
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err

@@ -64,6 +64,33 @@ def test_resume_refuses_changed_settings(tmp_path):
         PartStore(tmp_path / "o.parts", {"batch_size": 8}, resume=True)
 
 
+@pytest.mark.parametrize("second", [{"chunk_size": 8}, {"precision": "int8"}])
+def test_resume_refuses_another_chunk_size_or_precision(tmp_path, monkeypatch, second):
+    """Parts are numbered by chunk and computed at one precision: resuming with either changed would drop lines
+    or mix precisions in one file, so it is refused."""
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    original = embed_file_module._embed_chunk
+    calls = []
+
+    def dying(*args, **kwargs):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
+    with pytest.raises(KeyboardInterrupt):
+        embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4,
+                   progress=False, chunk_size=4)
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
+    model = load_official(OPTIONS, WEIGHTS)
+    model.set_matmul_precision(second.get("precision", "fp32"))
+    changed = "chunk_size" if "chunk_size" in second else "precision"
+    with pytest.raises(embed_file_module.InputFileError, match=f"differs in {changed}"):
+        embed_file(model, tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4, progress=False,
+                   resume=True, chunk_size=second.get("chunk_size", 4))
+
+
 def test_sigkill_then_resume(tmp_path):
     lines = [" ".join(f"w{(i * 7 + j) % 97}" for j in range(1 + i % 13)) for i in range(2500)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
