@@ -113,6 +113,8 @@ def _sentences(source):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from dataclasses import fields
+
     if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         _relaunch_with_torchrun(args.nproc)
         return
@@ -121,12 +123,18 @@ def cmd_train(args: argparse.Namespace) -> None:
     from elmo.training.config import TrainConfig
     from elmo.training.trainer import Trainer
 
-    config = TrainConfig.load(args.config).replace(max_steps=args.max_steps, max_minutes=args.max_minutes,
-                                                   batch_size=args.batch_size, seed=args.seed,
-                                                   checkpoint_every=args.checkpoint_every)
+    flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_size": args.batch_size,
+             "seed": args.seed, "checkpoint_every": args.checkpoint_every}
+    loaded = TrainConfig.load(args.config or "tiny")
+    config = loaded.replace(**flags)
+    config.check("command line")
+    # a resumed run keeps its checkpoint's settings; those given now (a --config file counts as given) are
+    # checked against it: run length and checkpointing may change, the rest must match
+    given = ({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {}) | flags
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
     trainer = Trainer(config, args.files, args.out, vocab=vocab, tokenizer=get_tokenizer(args.tokenize),
-                      resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet)
+                      resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet,
+                      given=given)
     history = trainer.train()
     if history and trainer.env.main:
         print(f"step {trainer.step}: loss {history[-1]['loss']:.4f}, checkpoints in {args.out}", file=sys.stderr)
@@ -207,8 +215,13 @@ def cmd_baselines(args: argparse.Namespace) -> None:
     read = lambda files: list(_sentences(SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False)))
     vocab = Vocabulary.load(args.vocab)
     train = read(args.train)
+    if not any(train):
+        raise ValueError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
     for name in args.eval:
-        for result in baseline_perplexities(vocab, train, read([name])):
+        evaluate = read([name])
+        if not any(evaluate):
+            raise ValueError(f"{name}: no words to evaluate (empty or blank text)")
+        for result in baseline_perplexities(vocab, train, evaluate):
             print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "
                   f"mean {result.mean:9.2f}")
 
@@ -316,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="pretrain a biLM on your text (bilm-tf's recipe)")
     p.add_argument("files", nargs="*", help="training text files or globs (plain or .gz), one sentence per line")
-    p.add_argument("--config", default="tiny", help="preset (tiny, small-cpu, small, medium, original) or TOML/JSON")
+    p.add_argument("--config", default=None, help="preset (tiny, small-cpu, small, medium, original) or TOML/JSON "
+                                                  "(default: tiny; a resumed run keeps its checkpoint's)")
     p.add_argument("--vocab", help="vocabulary file (from `elmo vocab build`)")
     p.add_argument("--out", required=True, help="run directory: checkpoints and metrics.jsonl")
     p.add_argument("--resume", help="continue exactly from a checkpoint (or the newest in a run directory)")

@@ -8,16 +8,23 @@ from elmo.cli import main
 from tests.conftest import micro_train_config
 
 
-def test_vocab_train_resume_perplexity_score_substitutes_export(text_slices, tmp_path, capsys):
-    train, dev, _ = text_slices
+def _micro_toml(path, **train_changes):
+    """The micro training config as a TOML file, with some [train] keys changed."""
     config = micro_train_config().to_dict()
-    lines = ["[train]"] + [f"{k} = {json.dumps(v)}" for k, v in config["train"].items() if v is not None]
+    lines = ["[train]"] + [f"{k} = {json.dumps(v)}" for k, v in (config["train"] | train_changes).items()
+                           if v is not None]
     for section in ("lstm", "char_cnn"):
         lines.append(f"[model.{section}]")
         for k, v in config["model"][section].items():
             if v is not None:
                 lines.append(f"{k} = {json.dumps(v) if not isinstance(v, dict) else '{ dim = %d }' % v['dim']}")
-    (tmp_path / "micro.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_vocab_train_resume_perplexity_score_substitutes_export(text_slices, tmp_path, capsys):
+    train, dev, _ = text_slices
+    _micro_toml(tmp_path / "micro.toml")
 
     assert main(["vocab", "build", str(train), "-o", str(tmp_path / "vocab.txt"), "--min-count", "2"]) == 0
     run = str(tmp_path / "run")
@@ -49,3 +56,47 @@ def test_training_errors_are_one_line(tmp_path, capsys):
     assert main(["train", "x.txt", "--config", "no-such-preset", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "no such file or preset (presets: " in err and "small-cpu" in err and "tiny" in err
+
+
+def test_resume_takes_new_run_limits_and_refuses_settings_it_cannot_change(text_slices, tmp_path, capsys):
+    train, _, _ = text_slices
+    assert main(["vocab", "build", str(train), "-o", str(tmp_path / "vocab.txt"), "--min-count", "2"]) == 0
+    run = tmp_path / "run"
+    common = ["train", str(train), "--out", str(run), "--quiet"]
+    assert main([*common, "--config", _micro_toml(tmp_path / "micro.toml"), "--vocab", str(tmp_path / "vocab.txt"),
+                 "--max-steps", "2"]) == 0
+    # a new stopping rule replaces the old one: --max-minutes alone must not stop at the first run's step 2
+    assert main([*common, "--resume", str(run), "--max-minutes", "0.03", "--checkpoint-every", "1"]) == 0
+    steps = sorted(int(p.name.split("-")[1]) for p in run.glob("step-*"))
+    assert steps[-1] > 2 and steps[-1] - 1 in steps  # trained on, checkpointing every step as asked
+    capsys.readouterr()
+    for flags, key in ((["--seed", "9"], "seed"), (["--batch-size", "3"], "batch_size"),
+                       (["--config", "tiny"], "model")):
+        assert main([*common, "--resume", str(run), "--max-steps", "1000", *flags]) == 2
+        err = capsys.readouterr().err
+        assert "cannot change" in err and key in err and "--init-from" in err
+    # the same --config as the run's own is accepted
+    assert main([*common, "--resume", str(run), "--max-steps", str(steps[-1] + 1), "--config",
+                 str(tmp_path / "micro.toml")]) == 0
+
+
+def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
+    train, _, _ = text_slices
+    assert main(["vocab", "build", str(train), "-o", str(tmp_path / "vocab.txt")]) == 0
+    capsys.readouterr()
+    base = ["train", str(train), "--vocab", str(tmp_path / "vocab.txt"), "--out", str(tmp_path / "r"), "--quiet"]
+    for changes, key in (({"checkpoint_every": 0}, "checkpoint_every"), ({"log_every": 0}, "log_every"),
+                         ({"unroll_steps": 0}, "unroll_steps"), ({"learning_rate": "0.1"}, "learning_rate"),
+                         ({"dropout": 1.5}, "dropout")):
+        assert main([*base, "--config", _micro_toml(tmp_path / "bad.toml", **changes)]) == 2
+        err = capsys.readouterr().err
+        assert key in err and len(err.strip().splitlines()) == 1, err
+    assert main([*base, "--batch-size", "0"]) == 2
+    assert "batch_size" in capsys.readouterr().err
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    assert main(["baselines", str(tmp_path / "vocab.txt"), "--train", str(tmp_path / "empty.txt"), "--eval",
+                 str(train)]) == 2
+    assert "empty.txt: no words" in capsys.readouterr().err
+    assert main(["baselines", str(tmp_path / "vocab.txt"), "--train", str(train), "--eval",
+                 str(tmp_path / "empty.txt")]) == 2
+    assert "empty.txt: no words" in capsys.readouterr().err

@@ -35,6 +35,7 @@ def test_unknown_keys_warn_and_training_keys_are_silent():
     (("char_cnn", "activation"), "gelu", "activation"),
     (("char_cnn", "filters"), [[1, 4], [2]], "filters"),
     (("char_cnn", "n_characters"), 300, "n_characters"),
+    (("char_cnn", "n_highway"), -1, "n_highway must be 0 or more"),
 ])
 def test_wrong_types_fail_with_the_key_named(path, value, message):
     options = json.loads(OPTIONS.read_text())

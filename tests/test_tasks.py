@@ -180,3 +180,26 @@ def test_saved_task_models_refuse_damage_and_a_different_bilm(model_dir, tmp_pat
                  str(ewt / "en_ewt-ud-dev.conllu.gz"), "--model", str(model_dir), "--out", str(tmp_path / "z"),
                  "--epochs", "0", "--max-items", "5", "--quiet"]) == 2
     assert "epochs must be at least 1" in capsys.readouterr().err
+
+
+def test_eval_counts_labels_unseen_in_training_as_errors(model_dir, tmp_path, capsys):
+    """A dev or test file may hold a label the training file lacked: the head cannot predict it, so it is scored
+    as an error (a missed span for NER), with a warning, instead of refusing the whole evaluation."""
+    seen = tmp_path / "seen.conll"
+    seen.write_text("Anna NNP B-NP B-PER\nsmiled VBD B-VP O\n\nBob NNP B-NP B-PER\nran VBD B-VP O\n",
+                    encoding="utf-8")
+    unseen = tmp_path / "unseen.conll"
+    unseen.write_text("Anna NNP B-NP B-PER\nsmiled VBD B-VP O\n\nIBM NNP B-NP B-ORG\nran VBD B-VP O\n",
+                      encoding="utf-8")
+    out = tmp_path / "t"
+    assert main(["task", "train", "ner", "--train", str(seen), "--dev", str(seen), "--model", str(model_dir),
+                 "--out", str(out), "--epochs", "1", "--cache", str(tmp_path / "c"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["task", "eval", str(out), "--data", str(unseen), "--cache", str(tmp_path / "c"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "B-ORG" in captured.err and "count as errors" in captured.err
+    from elmo.tasks.commands import evaluate_task
+
+    with pytest.warns(UserWarning, match="never saw"):
+        _, f1 = evaluate_task(out, unseen, cache=tmp_path / "c", progress=False)
+    assert f1 <= 2 / 3 + 1e-9  # the ORG span can never be found: recall is at most 1/2

@@ -3,6 +3,8 @@ cached biLM features, and train, score or apply a task head."""
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -10,7 +12,7 @@ from elmo.embed import Embedder
 from elmo.io.download import cache_dir
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
-from elmo.tasks.train import TaskConfig, load_task, predict, prepare_output, save_task, score, train_head
+from elmo.tasks.train import TaskConfig, check_head_settings, load_task, predict, prepare_output, save_task, score, train_head
 
 # format name -> reader; tagged formats give TaggedSentence, the others LabelledText
 FORMATS: dict[str, Callable] = {
@@ -44,11 +46,12 @@ def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items
 
 
 def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, progress: bool,
-                 ) -> tuple[FeatureCache, list[list[str]]]:
+                 source: str | Path = "input") -> tuple[FeatureCache, list[list[str]]]:
     token_lists = embedder.tokenize(inputs)
     empty = [i for i, t in enumerate(token_lists) if not t]
     if empty:
-        raise ValueError(f"example {empty[0] + 1} has no tokens after tokenisation; remove empty examples")
+        raise ValueError(f"{source}: example {empty[0] + 1} has no tokens after tokenisation; remove empty "
+                         f"examples")
     return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
 
 
@@ -66,12 +69,13 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
                progress: bool = True) -> TaskConfig:
     """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``; ``max_items`` /
     ``max_dev`` keep only the first examples of each file (quick runs)."""
+    check_head_settings(epochs, batch_size, hidden_dim, learning_rate)
     prepare_output(out)
     train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
     dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
     embedder = _embedder(model, tokenize)
-    train_cache, _ = features_for(embedder, train_inputs, cache, progress)
-    dev_cache, _ = features_for(embedder, dev_inputs, cache, progress)
+    train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
+    dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
     flat = lambda gold: [t for g in gold for t in (g if isinstance(g, list) else [g])]  # noqa: E731
     labels = sorted(set(flat(train_gold)) | set(flat(dev_gold)))
     config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
@@ -90,10 +94,12 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
     head, config = load_task(task_dir)
     inputs, gold = read_examples(config.task, data, fmt, max_items)
     unknown = sorted({t for g in gold for t in (g if isinstance(g, list) else [g])} - set(config.labels))
-    if unknown:
-        raise ValueError(f"{data}: labels the model never saw: {', '.join(unknown[:5])}")
-    features, _ = features_for(_checked_embedder(config), inputs, cache, progress)
-    return config, score(config, predict(head, features), _encode(config.labels, gold))
+    if unknown:  # the head can never predict them: they count as errors (and, for NER, as missed spans)
+        warnings.warn(f"{data}: {len(unknown)} label(s) the model never saw in training count as errors: "
+                      f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
+    features, _ = features_for(_checked_embedder(config), inputs, cache, progress, data)
+    scoring = replace(config, labels=config.labels + unknown)  # gold may use the extra labels; predictions cannot
+    return config, score(scoring, predict(head, features), _encode(scoring.labels, gold))
 
 
 def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path | None = None,

@@ -27,6 +27,15 @@ from elmo.tasks.heads import SequenceTagger, TextClassifier
 TASKS = ("ner", "pos", "classify")
 
 
+def check_head_settings(epochs: int, batch_size: int, hidden_dim: int, learning_rate: float) -> None:
+    """One-line errors for settings no head can train with (checked before any embedding work starts)."""
+    for name, value in (("epochs", epochs), ("batch size", batch_size), ("hidden size", hidden_dim)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    if not learning_rate > 0:
+        raise ValueError(f"learning rate must be positive, got {learning_rate}")
+
+
 @dataclass
 class TaskConfig:
     """Everything needed to rebuild a task head and to feed it: sizes, labels, and the biLM it reads."""
@@ -52,8 +61,7 @@ class TaskConfig:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}: choose one of {', '.join(TASKS)}")
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
+        check_head_settings(self.epochs, self.batch_size, self.hidden_dim, self.learning_rate)
 
     @property
     def metric(self) -> str:

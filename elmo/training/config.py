@@ -52,9 +52,44 @@ class TrainConfig:
         if "model" not in data:
             raise ConfigError(f"{source}: missing the [model.lstm] and [model.char_cnn] tables")
         config = cls(model=ElmoConfig.from_options(data["model"], source=source), **train)
-        if config.optimizer not in ("adagrad", "adam"):
-            raise ConfigError(f"{source}: optimizer must be 'adagrad' or 'adam', got {config.optimizer!r}")
+        config.check(source)
         return config
+
+    def check(self, source: str = "config") -> None:
+        """Every training setting of the right type and range, or a ConfigError naming the key."""
+        for key, (kind, low) in _RULES.items():
+            value = getattr(self, key)
+            if value is None and key in _OPTIONAL:
+                continue
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ConfigError(f"{source}: training key {key!r} must be {'an integer' if kind is int else 'a number'}"
+                                  f", got {value!r}")
+            if value < low or (low == 0 and key in _POSITIVE and value == 0):
+                bound = "positive" if key in _POSITIVE else f"at least {low}"
+                raise ConfigError(f"{source}: training key {key!r} must be {bound}, got {value!r}")
+        if self.optimizer not in ("adagrad", "adam"):
+            raise ConfigError(f"{source}: optimizer must be 'adagrad' or 'adam', got {self.optimizer!r}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"{source}: training key 'dropout' must be in [0, 1), got {self.dropout!r}")
+
+    def resumed(self, given: dict[str, Any]) -> "TrainConfig":
+        """This (a checkpoint's) config continued with the settings ``given`` now (None: not given).
+
+        How long to run and how often to checkpoint or log may change; a new stopping rule replaces the old one
+        whole (``--max-minutes`` alone drops an earlier ``--max-steps``). Settings that fix the data order, the
+        batch shapes, the optimiser or the model cannot change on an exact resume: asking for it is an error.
+        """
+        given = {k: v for k, v in given.items() if v is not None}
+        fixed = sorted(k for k in given if k not in RUN_SETTINGS and getattr(self, k) != given[k])
+        if fixed:
+            raise ConfigError(f"cannot change {', '.join(fixed)} when resuming (the checkpoint continues exactly "
+                              f"as it was trained); drop those flags, or start a new run from its weights with "
+                              f"--init-from")
+        if "max_steps" in given or "max_minutes" in given:
+            given = {"max_steps": None, "max_minutes": None} | given
+        resumed = replace(self, **given)
+        resumed.check("resumed run")
+        return resumed
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> "TrainConfig":
@@ -75,3 +110,16 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+# settings a resumed run may change (the rest must match the checkpoint)
+RUN_SETTINGS = ("max_steps", "max_minutes", "checkpoint_every", "keep_checkpoints", "log_every", "max_bad_steps")
+_NUMBER = (int, float)
+_RULES: dict[str, tuple[type | tuple, float]] = {  # key -> (type, lowest value)
+    "batch_size": (int, 1), "unroll_steps": (int, 1), "n_negative_samples": (int, 1), "learning_rate": (_NUMBER, 0),
+    "initial_accumulator": (_NUMBER, 0), "clip_norm": (_NUMBER, 0), "dropout": (_NUMBER, 0),
+    "max_steps": (int, 0), "max_minutes": (_NUMBER, 0), "checkpoint_every": (int, 1), "keep_checkpoints": (int, 1),
+    "log_every": (int, 1), "seed": (int, 0), "chunk_size": (int, 1), "max_bad_steps": (int, 1),
+}
+_OPTIONAL = {"max_steps", "max_minutes"}
+_POSITIVE = {"learning_rate", "clip_norm"}

@@ -58,7 +58,9 @@ class Trainer:
     def __init__(self, config: TrainConfig, files: Sequence[str | Path], out_dir: str | Path,
                  vocab: Vocabulary | None = None, tokenizer: Callable[[str], list[str]] = str.split,
                  resume: str | Path | None = None, init_from: str | Path | None = None,
-                 device: str | None = None, progress: bool = True) -> None:
+                 device: str | None = None, progress: bool = True, given: dict | None = None) -> None:
+        """``given``: the settings the user gave for this run (None where not given), applied over a resumed
+        checkpoint's own by ``TrainConfig.resumed``; without it, only ``config``'s stopping limits are."""
         self.env = Distributed.from_env()
         self.device = torch.device(device or (f"cuda:{self.env.local_rank}" if torch.cuda.is_available() else "cpu"))
         if self.env.world > 1 and not dist.is_initialized():
@@ -66,8 +68,9 @@ class Trainer:
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
         if resume:
-            config = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path)).replace(
-                max_steps=config.max_steps, max_minutes=config.max_minutes)
+            saved = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path))
+            config = saved.resumed(given if given is not None else
+                                   {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
         if checkpoint is not None:
             vocab = checkpoint.vocab  # continuing (or adapting to new text) keeps the vocabulary
             config = config.replace(model=checkpoint.bilm.config)
@@ -127,6 +130,8 @@ class Trainer:
         self.states = [[(t[f"r{rank}.d{d}.l{l}.h"].to(self.device), t[f"r{rank}.d{d}.l{l}.c"].to(self.device))
                         for l in range(self.config.model.lstm.n_layers)] for d in range(2)]
         torch.set_rng_state(t[f"r{rank}.torch_rng"])
+        if self.device.type == "cuda" and f"r{rank}.cuda_rng" in t:  # dropout on a GPU draws from the GPU's generator
+            torch.cuda.set_rng_state(t[f"r{rank}.cuda_rng"], self.device)
         self.sampler.set_state(t["sampler_rng"])
         self.step, self.tokens_seen, self.elapsed = trainer["step"], trainer["tokens_seen"], trainer["elapsed"]
 
@@ -218,7 +223,8 @@ class Trainer:
             "data": [b.state_dict() for b in self.batchers],
             "tensors": {f"d{d}.l{l}.{name}": t.detach().cpu()
                         for d, direction in enumerate(self.states) for l, state in enumerate(direction)
-                        for name, t in zip("hc", state)} | {"torch_rng": torch.get_rng_state()},
+                        for name, t in zip("hc", state)} | {"torch_rng": torch.get_rng_state()}
+                       | ({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
         }
         gathered = [rank_state]
         if self.env.world > 1:
