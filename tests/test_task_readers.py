@@ -93,6 +93,11 @@ def test_conll2003_reads_sentences_and_converts_iob1(tmp_path):
     ]
 
 
+def test_conll2003_trailing_spaces_are_not_a_column(tmp_path):
+    path = write(tmp_path / "t.txt", "EU NNP B-NP B-ORG \nrejects VBZ B-VP O  \n")
+    assert read_conll2003(path) == [TaggedSentence(["EU", "rejects"], ["B-ORG", "O"])]
+
+
 def test_conll2003_bad_column_count_names_file_and_line(tmp_path):
     path = write(tmp_path / "bad.txt", "EU NNP B-NP B-ORG\nrejects VBZ O\n")
     with pytest.raises(DataFormatError, match="expected 4") as excinfo:

@@ -173,7 +173,8 @@ def _read_column_file(path: str | Path, separator: str, columns: str) -> list[Ta
         tokens: list[str] = []
         tags: list[str] = []
         for number, line in block:
-            fields = line.split(separator)
+            # trailing spaces (some editors and converters leave them) are not an empty last column
+            fields = (line.rstrip(" ") if separator == " " else line).split(separator)
             if len(fields) != len(names):
                 raise DataFormatError(path, number, f"expected {len(names)} {separator!r}-separated columns "
                                       f"({' '.join(names)}), found {len(fields)} in {line!r}",
