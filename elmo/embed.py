@@ -82,9 +82,18 @@ class Embedder:
         return results[0] if single else results  # type: ignore[return-value]
 
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
-        if isinstance(sentences, (str, bytes)):
-            raise TypeError("expected a list of sentences")
-        return [self.tokenizer(s) if isinstance(s, str) else list(s) for s in sentences]
+        if isinstance(sentences, (str, bytes)) or sentences is None:
+            raise TypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
+        out = []
+        for index, sentence in enumerate(sentences):
+            if isinstance(sentence, str):
+                out.append(self.tokenizer(sentence))
+            elif isinstance(sentence, (bytes, type(None))) or not hasattr(sentence, "__iter__"):
+                raise TypeError(f"sentence {index}: expected a string or a list of tokens, got "
+                                f"{type(sentence).__name__}")
+            else:
+                out.append(list(sentence))
+        return out
 
     def batches(self, token_lists: Sequence[Sequence[str]]) -> Iterator[list[int]]:
         """Indices of sentences, longest first, in groups of at most ``max_batch_size`` rows and ``max_tokens``."""
@@ -150,6 +159,8 @@ def select_layers(layers: torch.Tensor, which: Layers, mix: torch.Tensor) -> tor
 
 
 def _check_layers(layers: Layers, n_layers: int) -> None:
+    if isinstance(layers, np.integer):
+        layers = int(layers)
     if isinstance(layers, str):
         if layers not in ("all", "top", "average", "mix"):
             raise ValueError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")

@@ -85,3 +85,51 @@ def test_dropout_only_in_training():
 def test_bad_output_kind_is_refused():
     with pytest.raises(ValueError, match="'mix' or 'projection'"):
         Elmo(random_bilm(small_config()), output="concat")
+
+
+def test_unfreezing_the_parameters_after_construction_fine_tunes_the_bilm():
+    """As with AllenNLP, the parameters' own flags decide: unfreeze them later and gradients reach the biLM."""
+    elmo = Elmo(random_bilm(small_config()), dropout=0.0)
+    out = elmo(batch_to_ids(BATCH))["elmo_representations"][0]
+    assert not out.requires_grad or all(p.grad is None for p in elmo.bilm.parameters())
+    for p in elmo.bilm.parameters():
+        p.requires_grad_(True)
+    elmo(batch_to_ids(BATCH))["elmo_representations"][0].sum().backward()
+    with_grad = [p for p in elmo.bilm.parameters() if p.grad is not None and p.grad.abs().sum() > 0]
+    assert len(with_grad) > len(list(elmo.bilm.parameters())) // 2
+
+
+def test_an_empty_batch_gives_empty_outputs():
+    bilm = random_bilm(small_config())
+    elmo = Elmo(bilm, num_output_representations=2, dropout=0.0)
+    out = elmo(batch_to_ids([]))
+    assert [r.shape[0] for r in out["elmo_representations"]] == [0, 0] and out["mask"].shape[0] == 0
+    assert out["elmo_representations"][0].shape[-1] == elmo.output_dim
+    layers = bilm(batch_to_ids([])).layers
+    assert len(layers) == bilm.config.n_output_layers and all(layer.shape[0] == 0 for layer in layers)
+
+
+def test_words_instead_of_character_ids_is_one_clear_error():
+    elmo = Elmo(random_bilm(small_config()))
+    with pytest.raises(TypeError, match="batch_to_ids"):
+        elmo([["a", "b"]])
+    with pytest.raises(TypeError, match="shape"):
+        elmo(torch.zeros(2, 50, dtype=torch.long))
+
+
+def test_clear_caches_after_editing_weights_through_data():
+    """Edits through ``.data`` bypass PyTorch's version counter; ``clear_caches`` makes inference see them."""
+    bilm = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)  # large enough to pre-pack
+    ids = batch_to_ids(BATCH)
+    with torch.no_grad():
+        bilm(ids)
+        bilm.char_encoder.projection.weight.data.mul_(2)
+        bilm.forward_stack.layers[0].weight_hh.data.zero_()
+        bilm.clear_caches()
+        got = bilm(ids).layers
+    fresh = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)
+    with torch.no_grad():
+        fresh.char_encoder.projection.weight.mul_(2)
+        fresh.forward_stack.layers[0].weight_hh.zero_()
+        expected = fresh(ids).layers
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, expected))

@@ -86,3 +86,16 @@ def test_runs_without_autograd(embedder):
     finally:
         del embedder.bilm.forward
     assert ids_grad == [True]
+
+
+def test_bad_inputs_are_clear_type_errors_and_numpy_layer_indices_work(embedder):
+    with pytest.raises(TypeError, match="list of sentences"):
+        embedder.embed(None)
+    with pytest.raises(TypeError, match="sentence 1"):
+        embedder.embed(["a b", None])
+    assert np.array_equal(embedder.embed(["a b"], layers=np.int64(1))[0], embedder.embed(["a b"], layers=1)[0])
+    from elmo.data.chars import batch_to_ids
+
+    assert torch.equal(batch_to_ids([np.array(["a", "b"])]), batch_to_ids([["a", "b"]]))
+    with pytest.raises(TypeError, match="token 1"):
+        batch_to_ids([["a", None]])

@@ -39,3 +39,11 @@ def test_korean_default_is_eojeol():
     assert get_tokenizer("ko")("그녀는 돈을 인출하기 위해 은행에 갔다") == ["그녀는", "돈을", "인출하기", "위해", "은행에", "갔다"]
     with pytest.raises(ValueError, match="unknown tokenizer"):
         get_tokenizer("fr")
+
+
+def test_english_tokenizer_curly_apostrophes_and_attached_marks():
+    assert english_tokenize("don’t, John’s") == ["do", "n’t", ",", "John", "’s"]
+    assert english_tokenize("cafe\u0301. हिन्दी 👍🏽! 👨\u200d👩\u200d👧") == [
+        "cafe\u0301", ".", "हिन्दी", "👍🏽", "!", "👨\u200d👩\u200d👧"]
+    # the habits the shipped model was trained with stay
+    assert english_tokenize("1990s O'Neil") == ["1990", "s", "O", "'", "Neil"]

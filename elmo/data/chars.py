@@ -62,7 +62,10 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     for row, sentence in enumerate(sentences):
         if isinstance(sentence, str):
             raise TypeError(f"sentence {row} is a string; pass tokens, e.g. {sentence.split()[:3]!r}")
-        if sentence:
+        if len(sentence):  # any sequence of strings (a list, a tuple, a numpy array)
+            for position, word in enumerate(sentence):
+                if not isinstance(word, str):
+                    raise TypeError(f"sentence {row}, token {position}: {word!r} is not a string")
             ids[row, : len(sentence)] = torch.tensor([word_to_char_ids(w, width) for w in sentence])
     return ids
 

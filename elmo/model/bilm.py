@@ -78,6 +78,17 @@ class BiLM(nn.Module):
             for layer in stack.layers:
                 layer.matmul_dtype = lstm_dtype
 
+    def clear_caches(self) -> None:
+        """Drop what inference derives from the weights (the remembered token vectors and the LSTMs' pre-packed
+        matrices); both are rebuilt on the next call. They already follow every normal weight update (optimiser
+        steps, ``load_state_dict``, in-place ops under ``no_grad``); call this after editing weights through
+        ``.data``, which PyTorch's version counter does not see."""
+        self.char_encoder.forget_tokens()
+        self.char_encoder._memo_weights = None
+        for stack in (self.forward_stack, self.backward_stack):
+            for layer in stack.layers:
+                layer.clear_cache()
+
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
         self._carrier.reset()
@@ -87,6 +98,10 @@ class BiLM(nn.Module):
         batch, steps = ids.shape[:2]
         mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
         tokens = self.embed_tokens(ids, mask)  # (B, T+2, P)
+        if batch == 0:  # an empty batch: empty layers of the right widths (a stateful carrier is left as it was)
+            empty = [tokens] * self.config.lstm.n_layers
+            layers = [torch.cat([tokens, tokens], dim=-1) for _ in range(self.config.n_output_layers)]
+            return BiLMOutput(layers, mask, tokens, list(empty), list(empty))
 
         # rows sorted longest first: at step t the running rows are a prefix of the batch
         order = torch.argsort(lengths, descending=True, stable=True)  # (B,)

@@ -61,7 +61,14 @@ class Elmo(nn.Module):
         return first.projection.out_features if isinstance(first, ComponentProjection) else self.bilm.config.output_dim
 
     def forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
-        with torch.set_grad_enabled(self.requires_grad and torch.is_grad_enabled()):
+        """char_ids (B, T, W) from ``batch_to_ids``."""
+        if not isinstance(char_ids, torch.Tensor) or char_ids.dim() != 3:
+            raise TypeError("Elmo takes character ids (batch, tokens, characters): pass batch_to_ids(sentences), "
+                            f"not {type(char_ids).__name__}"
+                            + (f" of shape {tuple(char_ids.shape)}" if isinstance(char_ids, torch.Tensor) else ""))
+        # the parameters' own flags decide, so unfreezing them after construction (as with AllenNLP) fine-tunes
+        tune = any(p.requires_grad for p in self.bilm.parameters())
+        with torch.set_grad_enabled(tune and torch.is_grad_enabled()):
             out = self.bilm(char_ids)
         representations = []
         for readout in self.readouts:

@@ -99,6 +99,10 @@ class ProjectedLSTMLayer(nn.Module):
             self._cache_key = key
         return self._cached
 
+    def clear_cache(self) -> None:
+        """Forget the pre-packed weights (rebuilt on the next inference call)."""
+        self._cached, self._cache_key = None, None
+
     def __getstate__(self) -> dict:
         """Copies and pickles leave the pre-packed weights behind: they are opaque BLAS buffers (``deepcopy`` of
         them fails) and are rebuilt from the parameters on the next inference call."""

@@ -100,7 +100,8 @@ def build_token_cache(encoder, words: Sequence[str], batch_size: int = 1024) -> 
 
     width = encoder.config.max_characters_per_token
     rows = torch.tensor([word_to_char_ids(w, width) for w in words], dtype=torch.long).view(-1, width)  # (V, W)
+    device = encoder.projection.weight.device
     with torch.inference_mode():
-        vectors = torch.cat([encoder(rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]) \
-            if len(rows) else torch.zeros(0, encoder.output_dim)
+        vectors = torch.cat([encoder(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]) \
+            if len(rows) else torch.zeros(0, encoder.output_dim, device=device)
     return TokenCache(rows, vectors.clone())

@@ -1,12 +1,18 @@
 """Tokenizers for raw text: whitespace, a built-in English one, and Korean (eojeol, or morphemes via kiwipiepy).
 
 The English tokenizer follows the Penn Treebank conventions of the 1B Word Benchmark text that ELMo was trained on
-(punctuation split off, clitics such as ``n't`` and ``'s`` separate): ``"Don't stop."`` -> ``Do n't stop .``.
+(punctuation split off, clitics such as ``n't`` and ``'s`` separate, with straight or curly apostrophes):
+``"Don't stop."`` -> ``Do n't stop .``. Two habits differ from the treebank and are kept because the shipped
+English model's training text was tokenised this way: digits end a token (``1990s`` -> ``1990 s``) and an
+apostrophe inside a name splits it (``O'Neil`` -> ``O ' Neil``). Combining marks, variation selectors, emoji
+modifiers and zero-width joiners stay with the character they modify (``café`` written with a combining accent,
+Devanagari vowel signs, ``👍🏽``, ZWJ emoji sequences are single tokens).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable
 
 Tokenizer = Callable[[str], list[str]]
@@ -15,10 +21,10 @@ _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _EN_TOKEN = re.compile(
     r"""
     (?:[A-Za-z]\.){2,}                 # abbreviations with dots: U.S. e.g.
-    | n't\b | N'T\b                    # negation clitic
-    | '(?:s|re|ve|ll|d|m)\b | '(?:S|RE|VE|LL|D|M)\b   # other clitics
+    | n['’]t\b | N['’]T\b                    # negation clitic
+    | ['’](?:s|re|ve|ll|d|m)\b | ['’](?:S|RE|VE|LL|D|M)\b   # other clitics
     | \d+(?:[.,:]\d+)*                 # numbers: 3.14 1,000 12:30
-    | \w+(?:[-']\w+)*?(?=n't\b|N'T\b)  # the word before a negation clitic: do|n't
+    | \w+(?:[-'’]\w+)*?(?=n['’]t\b|N['’]T\b)  # the word before a negation clitic: do|n't
     | \w+(?:[-]\w+)*                   # words, hyphenated words
     | \.\.\.|--|[^\w\s]                # ellipsis, dash, any other single symbol
     """,
@@ -32,7 +38,36 @@ def whitespace_tokenize(text: str) -> list[str]:
 
 def english_tokenize(text: str) -> list[str]:
     """PTB-style tokens of raw English text (HTML line breaks removed)."""
-    return _EN_TOKEN.findall(_HTML_BREAK.sub(" ", text))
+    return _keep_marks_attached(_EN_TOKEN, _HTML_BREAK.sub(" ", text))
+
+
+_ZWJ = "\u200d"
+
+
+def _is_attaching(char: str) -> bool:
+    """A character that modifies the one before it: a combining mark, a variation selector, an emoji skin-tone
+    modifier, or a zero-width joiner."""
+    return (unicodedata.category(char) in ("Mn", "Mc", "Me") or char == _ZWJ
+            or "\U0001F3FB" <= char <= "\U0001F3FF" or "\U000E0020" <= char <= "\U000E007F")
+
+
+def _keep_marks_attached(pattern: re.Pattern, text: str) -> list[str]:
+    """``pattern``'s tokens, with a token of attaching characters glued to the token just before it; so is
+    whatever directly follows a zero-width joiner (ZWJ emoji) and a word character directly after a combining mark
+    (Devanagari and other scripts whose vowel signs are marks)."""
+    tokens: list[str] = []
+    end = -1
+    for match in pattern.finditer(text):
+        token = match.group()
+        last = tokens[-1][-1] if tokens else ""
+        glued = _is_attaching(token[0]) or last == _ZWJ or (
+            unicodedata.category(last or " ").startswith("M") and (token[0].isalnum() or token[0] == "_"))
+        if tokens and match.start() == end and glued:
+            tokens[-1] += token
+        else:
+            tokens.append(token)
+        end = match.end()
+    return tokens
 
 
 _KO_TOKEN = re.compile(r"\w+|[^\w\s]+")
@@ -40,7 +75,7 @@ _KO_TOKEN = re.compile(r"\w+|[^\w\s]+")
 
 def korean_tokenize(text: str) -> list[str]:
     """Eojeol (whitespace words) with runs of punctuation split off: ``"갔다..."`` -> ``갔다 ...``."""
-    return _KO_TOKEN.findall(text)
+    return _keep_marks_attached(_KO_TOKEN, text)
 
 
 def korean_morpheme_tokenizer() -> Tokenizer:
