@@ -47,3 +47,9 @@ def test_english_tokenizer_curly_apostrophes_and_attached_marks():
         "cafe\u0301", ".", "हिन्दी", "👍🏽", "!", "👨\u200d👩\u200d👧"]
     # the habits the shipped model was trained with stay
     assert english_tokenize("1990s O'Neil") == ["1990", "s", "O", "'", "Neil"]
+
+
+def test_a_vocabulary_file_saved_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "v.txt"
+    path.write_text("\ufeff<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
+    assert Vocabulary.load(path).words[:4] == ["<S>", "</S>", "<UNK>", "the"]

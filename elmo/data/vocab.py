@@ -45,7 +45,7 @@ class Vocabulary:
         """Read one word per line; a repeated word is an error naming both lines."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as err:
             raise VocabError(f"{path}: not UTF-8 (byte {err.start})") from None
         words, seen = [], {}
