@@ -2,6 +2,7 @@
 # The README's downstream table: every task with the learned mix of the shipped biLM and with the token layer only
 # (the context-independent baseline), plus the two probes. Dev sets only (the test splits are withheld).
 #   EPOCHS=3 NSMC_TRAIN=10000 scripts/downstream_results.sh [OUT_DIR]   (about 20 minutes on 2 CPU cores)
+#   LANGS=en ... runs only the English tasks and the probes (LANGS=ko: only the Korean tasks)
 # Two heads train at once with one thread each; the mix and token runs of a task share one feature cache.
 set -euo pipefail
 out=${1:-runs/tasks}
@@ -30,9 +31,15 @@ run() {  # $1 = input mode, $2 = "name|args"
 }
 EXTRA=${EXTRA:-}  # e.g. EXTRA="--max-items 50 --max-dev 50" for a smoke run
 export -f run; export out EPOCHS EXTRA
+LANGS=${LANGS:-en ko}
+selected() { jobs | grep -E -- "--model ($(echo $LANGS | tr ' ' '|'))( |$)"; }
 for mode in mix token; do
-  jobs | xargs -P 2 -I{} bash -c "run $mode '{}'"
+  selected | xargs -P 2 -I{} bash -c "run $mode '{}'"
 done
+if [[ " $LANGS " != *" en "* ]]; then
+  for f in "$out"/*.log; do echo "== $f"; cat "$f"; done
+  exit 0
+fi
 W2V=${W2V:-runs/w2v-en.txt}
 [ -f "$W2V" ] || elmo probe word2vec runs/data/en/train.txt.gz --out "$W2V" --dim 256 --epochs 5
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
