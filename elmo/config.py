@@ -118,8 +118,7 @@ class ElmoConfig:
         char_cnn = CharCNNConfig(
             embedding_dim=_get(embedding, "dim", int, source, "char_cnn.embedding.", positive=True),
             filters=tuple(filters),
-            n_highway=_non_negative(_get(cnn, "n_highway", int, source, "char_cnn.", default=0) or 0,
-                                    "char_cnn.n_highway", source),
+            n_highway=_get(cnn, "n_highway", int, source, "char_cnn.", default=0, non_negative=True),
             activation=activation,
             n_characters=262,  # 261 in training files means the same table; the padding row is added at load
             max_characters_per_token=width,
@@ -213,7 +212,7 @@ _MISSING = object()
 
 
 def _get(obj: dict, key: str, kind: type, source: str, prefix: str, default: Any = _MISSING,
-         positive: bool = False) -> Any:
+         positive: bool = False, non_negative: bool = False) -> Any:
     if key not in obj or obj[key] is None:
         if default is _MISSING:
             raise ConfigError(f"{source}: missing key {prefix}{key}")
@@ -227,12 +226,8 @@ def _get(obj: dict, key: str, kind: type, source: str, prefix: str, default: Any
         raise ConfigError(f"{source}: {prefix}{key} must be {kind.__name__}, got {value!r}")
     if positive and value <= 0:
         raise ConfigError(f"{source}: {prefix}{key} must be positive, got {value!r}")
-    return value
-
-
-def _non_negative(value: int, name: str, source: str) -> int:
-    if value < 0:
-        raise ConfigError(f"{source}: {name} must be 0 or more, got {value}")
+    if non_negative and value < 0:
+        raise ConfigError(f"{source}: {prefix}{key} must be 0 or more, got {value!r}")
     return value
 
 

@@ -63,10 +63,11 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
         if isinstance(sentence, str):
             raise TypeError(f"sentence {row} is a string; pass tokens, e.g. {sentence.split()[:3]!r}")
         if len(sentence):  # any sequence of strings (a list, a tuple, a numpy array)
-            for position, word in enumerate(sentence):
-                if not isinstance(word, str):
-                    raise TypeError(f"sentence {row}, token {position}: {word!r} is not a string")
-            ids[row, : len(sentence)] = torch.tensor([word_to_char_ids(w, width) for w in sentence])
+            try:
+                ids[row, : len(sentence)] = torch.tensor([word_to_char_ids(w, width) for w in sentence])
+            except (AttributeError, TypeError):
+                position, word = next((i, w) for i, w in enumerate(sentence) if not isinstance(w, str))
+                raise TypeError(f"sentence {row}, token {position}: {word!r} is not a string") from None
     return ids
 
 

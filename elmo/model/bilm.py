@@ -84,7 +84,6 @@ class BiLM(nn.Module):
         steps, ``load_state_dict``, in-place ops under ``no_grad``); call this after editing weights through
         ``.data``, which PyTorch's version counter does not see."""
         self.char_encoder.forget_tokens()
-        self.char_encoder._memo_weights = None
         for stack in (self.forward_stack, self.backward_stack):
             for layer in stack.layers:
                 layer.clear_cache()
@@ -99,9 +98,9 @@ class BiLM(nn.Module):
         mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
         tokens = self.embed_tokens(ids, mask)  # (B, T+2, P)
         if batch == 0:  # an empty batch: empty layers of the right widths (a stateful carrier is left as it was)
-            empty = [tokens] * self.config.lstm.n_layers
-            layers = [torch.cat([tokens, tokens], dim=-1) for _ in range(self.config.n_output_layers)]
-            return BiLMOutput(layers, mask, tokens, list(empty), list(empty))
+            per_layer = [tokens] * self.config.lstm.n_layers  # (0, T+2, P) each
+            layers = [torch.cat([tokens, tokens], dim=-1)] * self.config.n_output_layers
+            return BiLMOutput(layers, mask, tokens, per_layer, list(per_layer))
 
         # rows sorted longest first: at step t the running rows are a prefix of the batch
         order = torch.argsort(lengths, descending=True, stable=True)  # (B,)

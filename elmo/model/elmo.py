@@ -29,8 +29,7 @@ class Elmo(nn.Module):
         if output not in ("mix", "projection"):
             raise ValueError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
         self.bilm = bilm
-        self.requires_grad = requires_grad
-        for p in self.bilm.parameters():
+        for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
             p.requires_grad_(requires_grad)
         self.output = output
         self.keep_sentence_boundaries = keep_sentence_boundaries

@@ -12,7 +12,8 @@ from elmo.embed import Embedder
 from elmo.io.download import cache_dir
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
-from elmo.tasks.train import TaskConfig, check_head_settings, load_task, predict, prepare_output, save_task, score, train_head
+from elmo.tasks.train import (TaskConfig, check_head_settings, load_task, predict, prepare_output, save_task, score,
+                              train_head)
 
 # format name -> reader; tagged formats give TaggedSentence, the others LabelledText
 FORMATS: dict[str, Callable] = {
@@ -55,6 +56,11 @@ def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, pro
     return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
 
 
+def _label_set(gold: list) -> set[str]:
+    """Every label in gold: one per text (classify) or one per token (tagging)."""
+    return {t for g in gold for t in (g if isinstance(g, list) else [g])}
+
+
 def _encode(labels: list[str], gold: list) -> list:
     index = {label: i for i, label in enumerate(labels)}
     if gold and isinstance(gold[0], list):
@@ -76,8 +82,7 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     embedder = _embedder(model, tokenize)
     train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
     dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
-    flat = lambda gold: [t for g in gold for t in (g if isinstance(g, list) else [g])]  # noqa: E731
-    labels = sorted(set(flat(train_gold)) | set(flat(dev_gold)))
+    labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
     config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
                         input=input_mode, model=_model_reference(model), tokenize=tokenize, hidden_dim=hidden_dim,
                         epochs=epochs, model_id=model_id(embedder),
@@ -93,7 +98,7 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
     """The saved head's metric (F1 or accuracy) on a labelled file."""
     head, config = load_task(task_dir)
     inputs, gold = read_examples(config.task, data, fmt, max_items)
-    unknown = sorted({t for g in gold for t in (g if isinstance(g, list) else [g])} - set(config.labels))
+    unknown = sorted(_label_set(gold) - set(config.labels))
     if unknown:  # the head can never predict them: they count as errors (and, for NER, as missed spans)
         warnings.warn(f"{data}: {len(unknown)} label(s) the model never saw in training count as errors: "
                       f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")

@@ -57,15 +57,15 @@ class TrainConfig:
 
     def check(self, source: str = "config") -> None:
         """Every training setting of the right type and range, or a ConfigError naming the key."""
-        for key, (kind, low) in _RULES.items():
+        for key, (kind, low, strict) in _RULES.items():
             value = getattr(self, key)
             if value is None and key in _OPTIONAL:
                 continue
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise ConfigError(f"{source}: training key {key!r} must be {'an integer' if kind is int else 'a number'}"
                                   f", got {value!r}")
-            if value < low or (low == 0 and key in _POSITIVE and value == 0):
-                bound = "positive" if key in _POSITIVE else f"at least {low}"
+            if value < low or (strict and value == low):
+                bound = f"greater than {low}" if strict else f"at least {low}"
                 raise ConfigError(f"{source}: training key {key!r} must be {bound}, got {value!r}")
         if self.optimizer not in ("adagrad", "adam"):
             raise ConfigError(f"{source}: optimizer must be 'adagrad' or 'adam', got {self.optimizer!r}")
@@ -115,11 +115,11 @@ class TrainConfig:
 # settings a resumed run may change (the rest must match the checkpoint)
 RUN_SETTINGS = ("max_steps", "max_minutes", "checkpoint_every", "keep_checkpoints", "log_every", "max_bad_steps")
 _NUMBER = (int, float)
-_RULES: dict[str, tuple[type | tuple, float]] = {  # key -> (type, lowest value)
-    "batch_size": (int, 1), "unroll_steps": (int, 1), "n_negative_samples": (int, 1), "learning_rate": (_NUMBER, 0),
-    "initial_accumulator": (_NUMBER, 0), "clip_norm": (_NUMBER, 0), "dropout": (_NUMBER, 0),
-    "max_steps": (int, 0), "max_minutes": (_NUMBER, 0), "checkpoint_every": (int, 1), "keep_checkpoints": (int, 1),
-    "log_every": (int, 1), "seed": (int, 0), "chunk_size": (int, 1), "max_bad_steps": (int, 1),
+_RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, whether the bound itself is excluded)
+    "batch_size": (int, 1, False), "unroll_steps": (int, 1, False), "n_negative_samples": (int, 1, False),
+    "learning_rate": (_NUMBER, 0, True), "initial_accumulator": (_NUMBER, 0, False), "clip_norm": (_NUMBER, 0, True),
+    "dropout": (_NUMBER, 0, False), "max_steps": (int, 0, False), "max_minutes": (_NUMBER, 0, False),
+    "checkpoint_every": (int, 1, False), "keep_checkpoints": (int, 1, False), "log_every": (int, 1, False),
+    "seed": (int, 0, False), "chunk_size": (int, 1, False), "max_bad_steps": (int, 1, False),
 }
-_OPTIONAL = {"max_steps", "max_minutes"}
-_POSITIVE = {"learning_rate", "clip_norm"}
+_OPTIONAL = {"max_steps", "max_minutes"}  # None: no limit
