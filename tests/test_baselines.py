@@ -42,3 +42,10 @@ def test_trigram_beats_unigram_on_real_held_out_text(text_slices):
     unigram, trigram = baseline_perplexities(vocab, read(train), read(dev))
     assert trigram.forward < unigram.forward and trigram.backward < unigram.backward
     assert 10 < trigram.mean < unigram.mean < len(vocab)
+
+
+def test_text_without_singletons_still_gives_a_finite_trigram_perplexity():
+    """Duplicated text has no trigram seen once: n1/(n1+2 n2) would be 0 and leave unseen words no mass."""
+    train = [["a", "b"], ["a", "b"]]
+    results = baseline_perplexities(Vocabulary.build(train), train, [["b", "a"]])
+    assert all(np.isfinite(r.forward) and np.isfinite(r.backward) for r in results)

@@ -106,7 +106,8 @@ class KneserNeyTrigram:
 
 def _discount(counts: np.ndarray) -> float:
     n1, n2 = int((counts == 1).sum()), int((counts == 2).sum())
-    return n1 / (n1 + 2 * n2) if n1 + n2 else 0.5
+    # No singletons (tiny or duplicated text) would give D = 0: no mass for unseen continuations, infinite perplexity.
+    return n1 / (n1 + 2 * n2) if n1 else 0.5
 
 
 def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
