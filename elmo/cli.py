@@ -414,8 +414,13 @@ def cmd_task_eval(args: argparse.Namespace) -> None:
 def cmd_task_predict(args: argparse.Namespace) -> None:
     from elmo.tasks.commands import predict_task
 
-    lines = [line for line in open(args.input, encoding="utf-8").read().split("\n") if line.strip()]
-    for result in predict_task(args.task_model, lines, args.cache):
+    from elmo.io.text_lines import numbered_lines
+
+    lines = [line for _, line in numbered_lines(args.input)]
+    texts = [line for line in lines if line.strip()]
+    results = iter(predict_task(args.task_model, texts, args.cache) if texts else [])
+    for line in lines:  # one output line per input line: a blank line stays blank
+        result = next(results) if line.strip() else ""
         print(result if isinstance(result, str) else " ".join(f"{t}/{tag}" for t, tag in result))
 
 
@@ -454,7 +459,7 @@ def _add_task_commands(sub) -> None:
 
 def _task_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="conll2003, wnut17, conllu, conllu-xpos, kmou (tagging); sst, stsa, tsv "
-                                    "(classification); default conll2003 / conllu / tsv by task")
+                                    "(classification); default: train conll2003 / conllu / tsv by task, eval the training format")
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
     p.add_argument("--max-items", type=int, help="use only the first N examples (training file for train)")
     p.add_argument("--quiet", action="store_true")

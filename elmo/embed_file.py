@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from elmo.embed import length_batches, run_batch
 from elmo.io.atomic import atomic_path
+from elmo.io.text_lines import TextLineError, count_lines, numbered_lines
 from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
 
@@ -42,33 +43,18 @@ class Line:
 
 def read_lines(path: str | Path, errors: str = "strict",
                tokenizer: Callable[[str], list[str]] | None = None) -> Iterator[Line]:
-    """Stream a UTF-8 text file's lines (split on '\\n' only; CRLF accepted), stripped and tokenised
-    (whitespace unless a ``tokenizer`` is given)."""
+    """Stream a UTF-8 text file's lines (plain or gzip; split on '\\n' only; CRLF accepted), stripped and
+    tokenised (whitespace unless a ``tokenizer`` is given)."""
     split = tokenizer or str.split
-    path = Path(path)
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f):
-            try:
-                # a byte-order mark (Windows editors) is not part of the first sentence
-                text = raw.decode("utf-8-sig" if number == 0 else "utf-8", errors=errors).strip()
-            except UnicodeDecodeError as err:
-                raise InputFileError(f"{path}, line {number + 1}: invalid UTF-8 at byte {err.start} "
-                                     f"(use --errors replace to substitute U+FFFD)") from None
-            yield Line(number, text, split(text))
-
-
-def count_lines(path: str | Path) -> int:
-    with open(path, "rb") as f:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) + _unterminated_last(path)
-
-
-def _unterminated_last(path: str | Path) -> int:
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        if f.tell() == 0:
-            return 0
-        f.seek(-1, 2)
-        return int(f.read(1) != b"\n")
+    try:
+        for number, text in numbered_lines(path, errors):
+            text = text.strip()
+            yield Line(number - 1, text, split(text))
+    except TextLineError as err:
+        if err.problem.startswith("not valid UTF-8"):  # the one fault a flag can get past
+            raise InputFileError(f"{path}, line {err.line}: invalid UTF-8{err.problem.removeprefix('not valid UTF-8')} "
+                                 f"(use --errors replace to substitute U+FFFD)") from None
+        raise InputFileError(str(err)) from None
 
 
 def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
@@ -94,6 +80,10 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     if Path(input_path).exists() and not Path(input_path).is_file():
         raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
                              f"count lines, then to embed them): save it to a file first")
+    if Path(output_path).is_dir():
+        raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {Path(output_path) / 'out.hdf5'})")
+    if Path(output_path).exists() and Path(output_path).resolve() == Path(input_path).resolve():
+        raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
     fix_mmap_threshold()  # flat memory over long files (elmo/memory.py)
     bilm = bilm.to(device).eval()
     if bilm.stateful:

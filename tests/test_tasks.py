@@ -94,13 +94,15 @@ def test_task_pipelines_end_to_end(task, fmt, train, dev, extra, model_dir, tmp_
                  str(model_dir), "--out", str(out), "--epochs", "2", "--hidden", "16", "--max-dev", "40", *common,
                  *extra]) == 0
     assert "best" in capsys.readouterr().out
-    assert main(["task", "eval", str(out), "--data", str(DATA / dev), *common]) == 0
+    # no --format: eval reads the file in the format the model was trained on
+    assert main(["task", "eval", str(out), "--data", str(DATA / dev), *common[2:]]) == 0
     metric = float(capsys.readouterr().out.split()[-5])
     assert 0.0 <= metric <= 1.0
-    (tmp_path / "raw.txt").write_text("The bank is closed .\n은행 에 갔다\n", encoding="utf-8")
+    (tmp_path / "raw.txt").write_text("The bank is closed .\n\n은행 에 갔다\n", encoding="utf-8")
     assert main(["task", "predict", str(out), "--input", str(tmp_path / "raw.txt"), "--cache",
                  str(tmp_path / "cache")]) == 0
-    assert len(capsys.readouterr().out.strip().split("\n")) == 2
+    printed = capsys.readouterr().out.split("\n")
+    assert len(printed) == 4 and printed[1] == "" and printed[0] and printed[2] and printed[3] == ""  # line for line
 
 
 @needs_data

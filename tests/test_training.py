@@ -123,3 +123,17 @@ def test_substitutes_and_bad_position(text_slices, tmp_path):
     assert all(w not in ("<S>", "</S>", "<UNK>") for v in result.values() for w, _ in v)
     with pytest.raises(ValueError, match="outside the sentence"):
         substitutes(bilm, softmax, vocab, ["a"], 3)
+
+
+def test_a_new_run_refuses_a_directory_that_holds_another_run(text_slices, tmp_path):
+    """Pruning would delete the new run's checkpoints as the oldest and --resume would pick up the old run."""
+    train, _, vocab_file = text_slices
+    vocab = Vocabulary.load(vocab_file)
+    Trainer(micro_train_config(max_steps=3), [train], tmp_path / "r", vocab=vocab, progress=False).train()
+    with pytest.raises(ValueError, match=r"already holds a run .*step-00000003.*--resume"):
+        Trainer(micro_train_config(max_steps=1), [train], tmp_path / "r", vocab=vocab, progress=False)
+    with pytest.raises(ValueError, match="already holds a run"):
+        Trainer(micro_train_config(max_steps=1), [train], tmp_path / "r", init_from=tmp_path / "r", progress=False)
+    resumed = Trainer(micro_train_config(max_steps=4), [train], tmp_path / "r", resume=tmp_path / "r", progress=False)
+    resumed.train()
+    assert resumed.step == 4

@@ -23,7 +23,6 @@ with R rows. Text is read in chunks, shuffled within each chunk, so memory does 
 from __future__ import annotations
 
 import glob
-import gzip
 import random
 from array import array
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import torch
 
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_ids
 from elmo.data.vocab import Vocabulary
+from elmo.io.text_lines import Utf8Lines
 
 
 class CorpusError(ValueError):
@@ -55,11 +55,9 @@ def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def open_text(path: Path):
-    """A text file, plain or gzip, read as UTF-8 with lines split on '\\n' only."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, "r", encoding="utf-8", newline="\n")
+def open_text(path: Path) -> Utf8Lines:
+    """A text file, plain or gzip, as UTF-8 lines split on '\\n' only; errors name their line."""
+    return Utf8Lines(path)
 
 
 class SentenceSource:
@@ -143,10 +141,8 @@ class SentenceSource:
                     next(self._handle)
             except (OSError, StopIteration) as err:
                 raise CorpusError(f"{path}: cannot read at line {self.line + 1} ({err})") from None
-            except UnicodeDecodeError as err:
-                raise CorpusError(f"{path}: not UTF-8 near line {self.line + 1} ({err.reason})") from None
             self._handle_pos = (self.file_index, self.line)
-        return _decode_errors_named(self._handle, self.files[self.file_index], self)
+        return _lines_of(self._handle)
 
     def close(self) -> None:
         self._close()
@@ -160,15 +156,9 @@ class SentenceSource:
         self._handle, self._handle_pos = None, None
 
 
-def _decode_errors_named(handle, path: Path, source: SentenceSource) -> Iterator[str]:
-    try:
-        for line in handle:  # not `yield from`: closing this generator must not close the shared handle
-            yield line
-    except UnicodeDecodeError as err:
-        raise CorpusError(f"{path}, line {source.line + 1}: not valid UTF-8 ({err.reason}); "
-                          f"fix or drop the line") from None
-    except (OSError, EOFError) as err:
-        raise CorpusError(f"{path}, line {source.line + 1}: read failed ({err}); the file may be truncated") from None
+def _lines_of(handle: Utf8Lines) -> Iterator[str]:
+    for line in handle:  # not `yield from`: closing this generator must not close the shared handle
+        yield line
 
 
 @dataclass

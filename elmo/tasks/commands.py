@@ -84,7 +84,8 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
     labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
     config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
-                        input=input_mode, model=_model_reference(model), tokenize=tokenize, hidden_dim=hidden_dim,
+                        input=input_mode, model=_model_reference(model), tokenize=tokenize,
+                        data_format=fmt or DEFAULT_FORMAT[task], hidden_dim=hidden_dim,
                         epochs=epochs, model_id=model_id(embedder),
                         seed=seed, learning_rate=learning_rate, batch_size=batch_size)
     head = train_head(config, train_cache, _encode(labels, train_gold), dev_cache, _encode(labels, dev_gold),
@@ -95,9 +96,10 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
 
 def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None, cache: str | Path | None = None,
                   max_items: int | None = None, progress: bool = True) -> tuple[TaskConfig, float]:
-    """The saved head's metric (F1 or accuracy) on a labelled file."""
+    """The saved head's metric (F1 or accuracy) on a labelled file (read in the training data's format unless
+    ``fmt`` is given)."""
     head, config = load_task(task_dir)
-    inputs, gold = read_examples(config.task, data, fmt, max_items)
+    inputs, gold = read_examples(config.task, data, fmt or config.data_format, max_items)
     unknown = sorted(_label_set(gold) - set(config.labels))
     if unknown:  # the head can never predict them: they count as errors (and, for NER, as missed spans)
         warnings.warn(f"{data}: {len(unknown)} label(s) the model never saw in training count as errors: "

@@ -15,14 +15,13 @@ with ``path:line:`` so the offending line can be opened directly.
 from __future__ import annotations
 
 import csv
-import gzip
 import re
 import xml.etree.ElementTree as ET
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+
+from elmo.io.text_lines import TextLineError, numbered_lines
 
 __all__ = [
     "DataFormatError",
@@ -42,9 +41,6 @@ __all__ = [
     "read_wsd_keys",
     "read_wsd_xml",
 ]
-
-_GZIP_MAGIC = b"\x1f\x8b"
-_CHUNK_CHARS = 1 << 20
 
 
 # ---- types -------------------------------------------------------------------------------------------------------
@@ -89,38 +85,12 @@ class DataFormatError(ValueError):
 
 
 # ---- line access -------------------------------------------------------------------------------------------------
-def _open_text(path: str | Path) -> IO[str]:
-    """Open ``path`` for reading as UTF-8 text, gunzipping it if it starts with the gzip magic bytes."""
-    with open(path, "rb") as f:
-        gzipped = f.read(2) == _GZIP_MAGIC
-    if gzipped:
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
 def _iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(1-based line number, line)``, split on ``"\\n"`` only, one trailing ``"\\r"`` removed."""
-    with _open_text(path) as f:
-        number, rest = 0, ""
-        while chunk := _read_chunk(f, path, number + 1):
-            *complete, rest = (rest + chunk).split("\n")
-            for line in complete:
-                number += 1
-                yield number, line.removesuffix("\r")
-        if rest:
-            yield number + 1, rest.removesuffix("\r")
-
-
-def _read_chunk(f: IO[str], path: str | Path, line: int) -> str:
-    """The next piece of text; damaged gzip data or invalid UTF-8 become a DataFormatError near ``line``."""
     try:
-        return f.read(_CHUNK_CHARS)
-    except UnicodeDecodeError as err:
-        raise DataFormatError(path, line, f"invalid UTF-8 (byte {err.start} of the block read here)",
-                              "save the file as UTF-8") from None
-    except (EOFError, OSError, zlib.error) as err:
-        raise DataFormatError(path, line, f"damaged gzip data ({err})",
-                              "download or compress the file again") from None
+        yield from numbered_lines(path)
+    except TextLineError as err:
+        raise DataFormatError(path, err.line, err.problem, err.hint) from None
 
 
 def _is_blank(line: str) -> bool:

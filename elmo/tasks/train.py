@@ -47,6 +47,7 @@ class TaskConfig:
     input: str = "mix"  # mix | token | a layer number
     model: str = "en"  # the biLM (name or directory) whose features the head reads
     tokenize: str | None = None
+    data_format: str | None = None  # the training file's format: eval reads labelled files in it unless told
     hidden_dim: int = 128
     dropout: float = 0.5
     use_crf: bool = True

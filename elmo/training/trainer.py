@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from elmo.io.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from elmo.io.native import load_state_strict
 from elmo.training.config import TrainConfig
 from elmo.training.lm import LanguageModel
@@ -52,6 +52,18 @@ class TrainingDiverged(ValueError):
     """Too many consecutive batches with a non-finite loss."""
 
 
+def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
+    """A new run must not write into another run's directory: pruning would delete the new checkpoints as the
+    oldest, and a later --resume would pick up the old run."""
+    existing = list_checkpoints(out_dir)
+    if not existing:
+        return
+    if resume is not None and resolve_checkpoint(resume).resolve().parent == out_dir.resolve():
+        return
+    raise ValueError(f"{out_dir} already holds a run (checkpoints up to {existing[-1].name}): pass --resume {out_dir} "
+                     "to continue that run, or choose a new --out")
+
+
 class Trainer:
     """Owns the model, optimiser, data streams and carried states of one training run."""
 
@@ -66,6 +78,7 @@ class Trainer:
         if self.env.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
+        _check_out_dir_is_free(self.out_dir, resume)
         checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
         if resume:
             saved = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path))

@@ -182,3 +182,33 @@ def test_a_device_this_machine_lacks_gets_one_line(tmp_path, capsys, device, mes
     rc, _ = _embed(tmp_path, b"a b\n", "--device", device)
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_a_gzipped_input_is_read_like_the_plain_file(tmp_path):
+    import gzip
+
+    _, plain = _embed(tmp_path, b"the bank .\nA river\n")
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress(b"the bank .\nA river\n"))
+    assert main(["embed", str(tmp_path / "in.txt.gz"), str(tmp_path / "gz.hdf5"), "--top", "--quiet", *MODEL]) == 0
+    with h5py.File(tmp_path / "gz.hdf5") as f:
+        assert all(np.array_equal(plain[k], f[k][()]) for k in ("0", "1"))
+
+
+def test_the_output_may_not_be_the_input_or_a_folder(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "in.txt")
+    for output, message in ((tmp_path / "in.txt", "overwrite the input"), (tmp_path / "link.txt", "overwrite the input"),
+                            (tmp_path, "is a folder")):
+        rc = main(["embed", str(tmp_path / "in.txt"), str(output), "--top", "--quiet", *MODEL])
+        assert rc == 2 and message in capsys.readouterr().err
+    assert (tmp_path / "in.txt").read_text(encoding="utf-8") == "a b\n"
+
+
+@pytest.mark.parametrize("command", [["vocab", "build", "{f}", "-o", "{d}/v.txt"], ["probe", "word2vec", "{f}", "--out", "{d}/w.txt"]])
+def test_invalid_utf8_far_into_a_corpus_names_its_own_line(tmp_path, capsys, command):
+    """Text-mode readers decode kilobytes ahead and used to blame line 1."""
+    text = b"".join(b"fine line number %d\n" % i for i in range(1, 3000)) + b"bad \xff here\n"
+    (tmp_path / "c.txt").write_bytes(text)
+    rc = main([a.format(f=tmp_path / "c.txt", d=tmp_path) for a in command])
+    err = capsys.readouterr().err
+    assert rc == 2 and "line 3000" in err and len(err.strip().splitlines()) == 1, err

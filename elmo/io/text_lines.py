@@ -1,0 +1,94 @@
+"""Text files read line by line — plain or gzip (told by the magic bytes) — decoded one line at a time.
+
+Decoding per line, not per buffered block, is what lets an invalid-UTF-8 error name the line it is on: a text-mode
+reader decodes kilobytes ahead and fails while the caller is still at an earlier line. Lines split on ``"\\n"`` only
+(``str.splitlines`` would also split on U+2028/U+0085, which occur inside some texts).
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+GZIP_MAGIC = b"\x1f\x8b"
+READ_ERRORS = (EOFError, OSError, zlib.error)  # what a damaged or truncated gzip stream raises
+
+
+class TextLineError(ValueError):
+    """A line that cannot be read as UTF-8 text; the message starts with ``path, line N:``."""
+
+    def __init__(self, path: str | Path, line: int, problem: str, hint: str) -> None:
+        super().__init__(f"{path}, line {line}: {problem}; {hint}")
+        self.path, self.line, self.problem, self.hint = str(path), line, problem, hint
+
+
+def is_gzip(path: str | Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_binary(path: str | Path) -> BinaryIO:
+    """The file's bytes, gunzipped if it is gzip."""
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
+class Utf8Lines:
+    """Iterate a file's lines as ``str`` (with their ``"\\n"``), decoding each line on its own.
+
+    ``number`` is the 1-based number of the last line returned. A UTF-8 error or a damaged gzip stream raises
+    :class:`TextLineError` naming that line. ``errors`` is ``bytes.decode``'s (``"replace"`` substitutes U+FFFD).
+    A byte-order mark at the start of the file is dropped.
+    """
+
+    def __init__(self, path: str | Path, errors: str = "strict") -> None:
+        self.path, self.errors, self.number = Path(path), errors, 0
+        self._file = open_binary(path)
+
+    def __iter__(self) -> "Utf8Lines":
+        return self
+
+    def __next__(self) -> str:
+        try:
+            raw = next(self._file)
+        except READ_ERRORS as err:
+            raise TextLineError(self.path, self.number + 1, f"damaged gzip data ({err})",
+                                "download or compress the file again") from None
+        self.number += 1
+        try:
+            return raw.decode("utf-8-sig" if self.number == 1 else "utf-8", errors=self.errors)
+        except UnicodeDecodeError as err:
+            raise TextLineError(self.path, self.number, f"not valid UTF-8 (byte {err.start} of the line)",
+                                "save the file as UTF-8, or fix or drop the line") from None
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "Utf8Lines":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def numbered_lines(path: str | Path, errors: str = "strict") -> Iterator[tuple[int, str]]:
+    """``(1-based number, line)`` with the ``"\\n"`` and one trailing ``"\\r"`` removed."""
+    with Utf8Lines(path, errors) as lines:
+        for line in lines:
+            yield lines.number, line.removesuffix("\n").removesuffix("\r")
+
+
+def count_lines(path: str | Path) -> int:
+    """Lines in the file (an unterminated last line counts), without decoding."""
+    count, last = 0, b"\n"
+    with open_binary(path) as f:
+        try:
+            while chunk := f.read(1 << 20):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+        except READ_ERRORS as err:
+            raise TextLineError(path, count + 1, f"damaged gzip data ({err})",
+                                "download or compress the file again") from None
+    return count + (last != b"\n")
