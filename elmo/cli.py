@@ -69,7 +69,20 @@ def cmd_show(args: argparse.Namespace) -> None:
     for i, token in enumerate(tokens):
         norms = "".join(f"{np.linalg.norm(vectors[k, i]):>11.3f}" for k in range(vectors.shape[0]))
         head = " ".join(f"{v:+.3f}" for v in vectors[-1, i, : args.dims])
-        print(f"{token[:15]:<16}{norms}  {head}")
+        print(f"{_fit_columns(token, 15)} {norms}  {head}")
+
+
+def _fit_columns(text: str, width: int) -> str:
+    """``text`` cut and padded to ``width`` terminal columns (Hangul, CJK and other wide characters take two)."""
+    import unicodedata
+
+    out, used = "", 0
+    for char in text:
+        w = 2 if unicodedata.east_asian_width(char) in "WF" else 0 if unicodedata.combining(char) else 1
+        if used + w > width:
+            break
+        out, used = out + char, used + w
+    return out + " " * (width - used)
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
@@ -241,10 +254,10 @@ def _word_occurrences(args: argparse.Namespace):
 def cmd_similar(args: argparse.Namespace) -> None:
     from elmo.context import nearest, occurrences
 
-    layer = -1 if args.layer == "top" else int(args.layer) if args.layer.lstrip("-").isdigit() else None
+    layer = -1 if args.layer == "top" else int(args.layer) if args.layer.isdigit() else None
     sentences, found, embedder = _word_occurrences(args)
     n_layers = found[0].vectors.shape[0]
-    if layer is None or not -n_layers <= layer < n_layers:
+    if layer is None or layer >= n_layers:
         raise ValueError(f"--layer {args.layer}: give 'top' or a layer number from 0 to {n_layers - 1}")
     if args.query:
         queries = occurrences(embedder, args.word, [args.query], ["query"])
@@ -267,6 +280,17 @@ def cmd_plot(args: argparse.Namespace) -> None:
     print(f"wrote {out} ({len(found)} occurrences)", file=sys.stderr)
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a batch size, a number of steps, of neighbours ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -279,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--top", action="store_true", help="the top layer: (n_tokens, 2P)")
     which.add_argument("--average", action="store_true", help="the mean of the layers: (n_tokens, 2P)")
     _add_model_args(p)
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--batch-size", type=_count, default=64, help="sentences per batch (default 64)")
     p.add_argument("--stateful", action="store_true",
                    help="AllenNLP's legacy mode: LSTM state carried from batch to batch, lines in file order")
     p.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
@@ -301,9 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_embed)
 
     p = sub.add_parser("show", help="embed one sentence and print a per-token summary")
-    p.add_argument("sentence", help="a whitespace-tokenised sentence, in quotes")
+    p.add_argument("sentence", help="a sentence, in quotes: tokenised as the model expects (the shipped en/ko models split off punctuation and clitics; other models split on whitespace)")
     _add_model_args(p)
-    p.add_argument("--dims", type=int, default=4, help="top-layer dimensions to print per token")
+    p.add_argument("--dims", type=_count, default=4, help="top-layer dimensions to print per token")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("convert", help="convert between the official files and our format")
@@ -322,8 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = vsub.add_parser("build", help="build a bilm-tf vocabulary (<S>, </S>, <UNK>, then by frequency)")
     p.add_argument("files", nargs="+", help="text files or globs (plain or .gz), one sentence per line")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--min-count", type=int, default=1)
-    p.add_argument("--max-size", type=int, default=None, help="at most this many words, specials included")
+    p.add_argument("--min-count", type=_count, default=1)
+    p.add_argument("--max-size", type=_count, default=None, help="at most this many words, specials included")
     p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
     p.set_defaults(func=cmd_vocab_build)
 
@@ -335,10 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory: checkpoints and metrics.jsonl")
     p.add_argument("--resume", help="continue exactly from a checkpoint (or the newest in a run directory)")
     p.add_argument("--init-from", help="start from a checkpoint's weights and vocabulary on new text")
-    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-steps", type=_count)
     p.add_argument("--max-minutes", type=float)
-    p.add_argument("--batch-size", type=int, help="rows per process")
-    p.add_argument("--checkpoint-every", type=int)
+    p.add_argument("--batch-size", type=_count, help="rows per process")
+    p.add_argument("--checkpoint-every", type=_count)
     p.add_argument("--seed", type=int)
     p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
     p.add_argument("--nproc", type=int, default=0, help="processes on this machine (runs torchrun)")
@@ -349,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("perplexity", help="full-softmax perplexity of a trained LM on text")
     p.add_argument("model", help="checkpoint, run directory or exported LM directory")
     p.add_argument("files", nargs="+")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-sentences", type=int)
+    p.add_argument("--batch-size", type=_count, default=64)
+    p.add_argument("--max-sentences", type=_count)
     p.add_argument("--tokenize", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
@@ -372,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("sentence")
     p.add_argument("position", type=int, help="0-based token position")
-    p.add_argument("-k", type=int, default=10)
+    p.add_argument("-k", type=_count, default=10)
     p.set_defaults(func=cmd_substitutes)
 
     p = sub.add_parser("export", help="a checkpoint -> official options.json + weights.hdf5 and our format")
@@ -435,12 +459,12 @@ def _add_task_commands(sub) -> None:
     p.add_argument("--out", required=True, help="directory for the task model (task.json + head.safetensors)")
     p.add_argument("--input", default="mix", help="mix (learned scalar mix, default), token (the "
                                                   "context-independent baseline) or a layer number")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--hidden", type=int, default=128, help="BiLSTM size of the head")
+    p.add_argument("--epochs", type=_count, default=10)
+    p.add_argument("--hidden", type=_count, default=128, help="BiLSTM size of the head")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=_count, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-dev", type=int, help="use only the first N dev examples")
+    p.add_argument("--max-dev", type=_count, help="use only the first N dev examples")
     p.set_defaults(func=cmd_task_train)
     _task_data_args(p)
     p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
@@ -461,7 +485,7 @@ def _task_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="conll2003, wnut17, conllu, conllu-xpos, kmou (tagging); sst, stsa, tsv "
                                     "(classification); default: train conll2003 / conllu / tsv by task, eval the training format")
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
-    p.add_argument("--max-items", type=int, help="use only the first N examples (training file for train)")
+    p.add_argument("--max-items", type=_count, help="use only the first N examples (training file for train)")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -506,7 +530,7 @@ def _add_probe_commands(sub) -> None:
     p.add_argument("--train", required=True)
     p.add_argument("--dev", required=True)
     p.add_argument("--column", choices=("upos", "xpos"), default="upos")
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=_count, default=5)
     _probe_common(p)
     p = psub.add_parser("wsd", help="1-NN sense vectors per layer (SemCor -> a Raganato-format set)")
     p.add_argument("--semcor-xml", required=True)
@@ -518,10 +542,10 @@ def _add_probe_commands(sub) -> None:
     p = psub.add_parser("word2vec", help="train the static baseline (gensim word2vec) on pretraining text")
     p.add_argument("files", nargs="+")
     p.add_argument("--out", required=True, help="word2vec text file to write")
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--dim", type=_count, default=256)
+    p.add_argument("--epochs", type=_count, default=5)
     p.add_argument("--tokenize", default=None)
-    p.add_argument("--max-sentences", type=int)
+    p.add_argument("--max-sentences", type=_count)
     p.set_defaults(func=cmd_probe)
 
 
@@ -529,7 +553,7 @@ def _probe_common(p: argparse.ArgumentParser) -> None:
     _add_model_args(p)
     p.add_argument("--static", help="word2vec text file for the static baseline (from `elmo probe word2vec`)")
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
-    p.add_argument("--max-sentences", type=int, help="use only the first N training sentences")
+    p.add_argument("--max-sentences", type=_count, help="use only the first N training sentences")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_probe)
 
@@ -546,35 +570,19 @@ def _add_context_commands(sub) -> None:
         if name == "similar":
             p.add_argument("--query", help="a sentence holding the word: rank the file's occurrences against it")
             p.add_argument("--layer", default="top", help="top (default) or a layer number (0 = token layer)")
-            p.add_argument("-k", type=int, default=3, help="neighbours to show (default 3)")
+            p.add_argument("-k", type=_count, default=3, help="neighbours to show (default 3)")
         else:
             p.add_argument("--out", required=True, help="image to write (png, svg, pdf)")
             p.add_argument("--title", help="the word as shown in the panel titles (e.g. romanised, when no font "
                                            "for its script is installed)")
 
 
-def _check_device(name: str | None) -> None:
-    """A ``--device`` this machine can run on, or a one-line error saying what to use instead."""
-    if name is None:
-        return
-    import torch
-
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name}: not a device name (cpu, cuda, cuda:1, mps)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        _check_device(getattr(args, "device", None))
+        from elmo.devices import check_device
+
+        check_device(getattr(args, "device", None), "--device")
         with warnings.catch_warnings():
             warnings.showwarning = lambda msg, *a, **k: print(f"warning: {msg}", file=sys.stderr)
             args.func(args)

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from elmo.embed import Embedder
+from elmo.io.text_lines import numbered_lines
 
 # common Korean particles (josa), up to two in a row ("은행에서는"); other Hangul after the word makes another word
 _PARTICLE = "(?:이|가|은|는|을|를|의|에|에서|에게|한테|께|로|으로|와|과|도|만|까지|부터|처럼|보다|이나|나|랑|이랑|하고|이다|이야|야|요)"
@@ -113,10 +114,16 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
     return out
 
 
-def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str] | None]:
-    """Lines ``sentence`` or ``label<TAB>sentence`` (all lines alike); blank lines skipped."""
-    lines = [line for line in Path(path).read_text(encoding="utf-8-sig").split("\n") if line.strip()]
-    if lines and all("\t" in line for line in lines):
-        pairs = [line.split("\t", 1) for line in lines]
-        return [s for _, s in pairs], [label for label, _ in pairs]
-    return lines, None
+def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str]]:
+    """Lines ``label<TAB>sentence``, or plain ``sentence`` lines labelled by their line number ("line 6"); blank
+    lines skipped. A file mixing the two is refused: a label would otherwise be read as part of its sentence."""
+    numbered = [(n, line) for n, line in numbered_lines(path) if line.strip()]
+    tabbed = [n for n, line in numbered if "\t" in line]
+    if not tabbed:
+        return [line for _, line in numbered], [f"line {n}" for n, _ in numbered]
+    if len(tabbed) < len(numbered):
+        plain = next(n for n, line in numbered if "\t" not in line)
+        raise ValueError(f"{path}, line {plain}: no label (label<TAB>sentence) though line {tabbed[0]} has one; "
+                         f"label every line or none")
+    pairs = [line.split("\t", 1) for _, line in numbered]
+    return [s for _, s in pairs], [label for label, _ in pairs]

@@ -10,6 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from elmo.data.chars import batch_to_ids
+from elmo.devices import check_device
 from elmo.model.bilm import BiLM, remove_sentence_boundaries
 
 Layers = Union[str, int]
@@ -29,6 +30,15 @@ class Embedder:
                  cache_words: Sequence[str] | None = None, precision: str = "fp32") -> None:
         if bilm.stateful:
             raise ValueError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
+        check_device(device)
+        if max_tokens < 1 or max_batch_size < 1:
+            raise ValueError(f"max_tokens and max_batch_size must be >= 1, got {max_tokens} and {max_batch_size}")
+        if isinstance(tokenizer, str):  # a name, as on the command line: "en", "ko", "whitespace" ...
+            from elmo.text.tokenize import get_tokenizer
+
+            tokenizer = get_tokenizer(tokenizer)
+        if tokenizer is not None and not callable(tokenizer):
+            raise TypeError(f"tokenizer must be a function str -> list[str] or a name, got {type(tokenizer).__name__}")
         self.bilm = bilm.to(device).eval()
         self.tokenizer = tokenizer or str.split
         self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
@@ -161,6 +171,8 @@ def select_layers(layers: torch.Tensor, which: Layers, mix: torch.Tensor) -> tor
 def _check_layers(layers: Layers, n_layers: int) -> None:
     if isinstance(layers, np.integer):
         layers = int(layers)
+    if isinstance(layers, bool):  # an int to Python, but layers=True means nothing
+        raise ValueError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
     if isinstance(layers, str):
         if layers not in ("all", "top", "average", "mix"):
             raise ValueError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")

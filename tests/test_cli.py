@@ -6,6 +6,7 @@ import sys
 
 import h5py
 import numpy as np
+import pytest
 
 from elmo.cli import main
 from tests.conftest import OPTIONS, WEIGHTS
@@ -116,3 +117,19 @@ def test_embed_with_a_token_cache_gives_the_same_vectors(tmp_path):
     with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
         for key in ("0", "1"):
             assert np.allclose(a[key][()], b[key][()], atol=1e-6)
+
+
+def test_show_pads_wide_characters_by_the_columns_they_take():
+    from elmo.cli import _fit_columns
+
+    assert _fit_columns("그녀는", 8) == "그녀는  " and _fit_columns("bank", 6) == "bank  "
+    assert _fit_columns("인출하기위해서", 5) == "인출 " and _fit_columns("x" * 20, 15) == "x" * 15
+
+
+def test_counts_below_one_are_refused_by_the_parser(tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("a b c\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["vocab", "build", str(tmp_path / "c.txt"), "-o", str(tmp_path / "v.txt"), "--min-count", "0"])
+    assert "at least 1" in capsys.readouterr().err
+    assert main(["vocab", "build", str(tmp_path / "c.txt"), "-o", str(tmp_path / "v.txt"), "--max-size", "3"]) == 2
+    assert "no room for words" in capsys.readouterr().err

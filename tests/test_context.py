@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from elmo.cli import main
-from elmo.context import Occurrence, matches, nearest, pca_2d
+from elmo.context import Occurrence, matches, nearest, pca_2d, read_labelled_sentences
 from tests.conftest import OPTIONS, WEIGHTS
 
 MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
@@ -52,3 +53,19 @@ def test_similar_and_plot_commands(tmp_path, capsys):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", "absent", "--sentences", str(sentences), "--out", str(tmp_path / "q.png"), *MODEL]) == 2
     assert "does not occur" in capsys.readouterr().err
+
+
+def test_a_file_mixing_labelled_and_plain_lines_is_refused_and_plain_lines_are_named_by_number(tmp_path, capsys):
+    mixed = tmp_path / "mixed.tsv"
+    mixed.write_text("money\tI took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")
+    assert main(["similar", "bank", "--sentences", str(mixed), *MODEL]) == 2
+    assert "line 3: no label" in capsys.readouterr().err
+    plain = tmp_path / "plain.txt"
+    plain.write_text("I took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")
+    assert read_labelled_sentences(plain) == (["I took money from the bank .", "The bank closed ."],
+                                              ["line 1", "line 3"])
+    with pytest.raises(SystemExit):
+        main(["similar", "bank", "--sentences", str(plain), *MODEL, "-k", "0"])
+    assert "at least 1" in capsys.readouterr().err
+    assert main(["similar", "bank", "--sentences", str(plain), *MODEL, "--layer", "-1"]) == 2
+    assert "from 0 to" in capsys.readouterr().err

@@ -99,3 +99,19 @@ def test_bad_inputs_are_clear_type_errors_and_numpy_layer_indices_work(embedder)
     assert torch.equal(batch_to_ids([np.array(["a", "b"])]), batch_to_ids([["a", "b"]]))
     with pytest.raises(TypeError, match="token 1"):
         batch_to_ids([["a", None]])
+
+
+def test_constructor_settings_are_checked_up_front():
+    """Each of these used to be accepted and fail later: a str tokenizer at the first embed ('str' object is not
+    callable), cuda on a CPU-only torch deep in .to() (AssertionError), a zero batch size in the batching loop."""
+    named = Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS, tokenizer="en")
+    assert named.tokenize(["Don't stop."]) == [["Do", "n't", "stop", "."]]
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS, tokenizer="klingon")
+    with pytest.raises(ValueError, match="max_batch_size"):
+        Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS, max_batch_size=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS, device="cuda")
+    with pytest.raises(ValueError, match="layers must be"):
+        named.embed("a b", layers=True)

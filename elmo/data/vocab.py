@@ -77,5 +77,8 @@ class Vocabulary:
             counts.pop(special, None)
         ranked = [w for w, c in counts.most_common() if c >= min_count]
         if max_size is not None:
-            ranked = ranked[: max(0, max_size - len(SPECIALS))]
+            if max_size <= len(SPECIALS):
+                raise ValueError(f"max size {max_size} leaves no room for words beside the {len(SPECIALS)} special "
+                                 f"tokens {', '.join(SPECIALS)}: give at least {len(SPECIALS) + 1}")
+            ranked = ranked[: max_size - len(SPECIALS)]
         return cls([*SPECIALS, *ranked])
