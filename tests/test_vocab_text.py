@@ -45,6 +45,8 @@ def test_english_tokenizer_curly_apostrophes_and_attached_marks():
     assert english_tokenize("don’t, John’s") == ["do", "n’t", ",", "John", "’s"]
     assert english_tokenize("cafe\u0301. हिन्दी 👍🏽! 👨\u200d👩\u200d👧") == [
         "cafe\u0301", ".", "हिन्दी", "👍🏽", "!", "👨\u200d👩\u200d👧"]
+    # a flag is two regional indicators; a third starts the next flag
+    assert english_tokenize("🇰🇷🇺🇸 and 🇫🇷🇰!") == ["🇰🇷", "🇺🇸", "and", "🇫🇷", "🇰", "!"]
     # the habits the shipped model was trained with stay
     assert english_tokenize("1990s O'Neil") == ["1990", "s", "O", "'", "Neil"]
 

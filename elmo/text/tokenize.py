@@ -6,7 +6,7 @@ The English tokenizer follows the Penn Treebank conventions of the 1B Word Bench
 English model's training text was tokenised this way: digits end a token (``1990s`` -> ``1990 s``) and an
 apostrophe inside a name splits it (``O'Neil`` -> ``O ' Neil``). Combining marks, variation selectors, emoji
 modifiers and zero-width joiners stay with the character they modify (``café`` written with a combining accent,
-Devanagari vowel signs, ``👍🏽``, ZWJ emoji sequences are single tokens).
+Devanagari vowel signs, ``👍🏽``, ZWJ emoji sequences and flags such as ``🇰🇷`` are single tokens).
 """
 
 from __future__ import annotations
@@ -51,17 +51,32 @@ def _is_attaching(char: str) -> bool:
             or "\U0001F3FB" <= char <= "\U0001F3FF" or "\U000E0020" <= char <= "\U000E007F")
 
 
+def _is_regional(char: str) -> bool:
+    return "\U0001F1E6" <= char <= "\U0001F1FF"  # regional indicators: two of them make a flag
+
+
+def _opens_a_flag(token: str) -> bool:
+    """``token`` ends in an odd number of regional indicators: the next one completes its flag."""
+    trailing = 0
+    while trailing < len(token) and _is_regional(token[-1 - trailing]):
+        trailing += 1
+    return trailing % 2 == 1
+
+
 def _keep_marks_attached(pattern: re.Pattern, text: str) -> list[str]:
     """``pattern``'s tokens, with a token of attaching characters glued to the token just before it; so is
-    whatever directly follows a zero-width joiner (ZWJ emoji) and a word character directly after a combining mark
+    whatever directly follows a zero-width joiner (ZWJ emoji), the second regional indicator of a flag, and a word
+    character directly after a combining mark
     (Devanagari and other scripts whose vowel signs are marks)."""
     tokens: list[str] = []
     end = -1
     for match in pattern.finditer(text):
         token = match.group()
-        last = tokens[-1][-1] if tokens else ""
-        glued = _is_attaching(token[0]) or last == _ZWJ or (
-            unicodedata.category(last or " ").startswith("M") and (token[0].isalnum() or token[0] == "_"))
+        last_token = tokens[-1] if tokens else ""
+        last = last_token[-1:]
+        glued = (_is_attaching(token[0]) or last == _ZWJ
+                 or (_is_regional(token[0]) and _opens_a_flag(last_token))
+                 or (unicodedata.category(last or " ").startswith("M") and (token[0].isalnum() or token[0] == "_")))
         if tokens and match.start() == end and glued:
             tokens[-1] += token
         else:
