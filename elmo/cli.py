@@ -314,9 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue a killed run from OUTPUT.parts/ instead of starting over")
     fast = p.add_mutually_exclusive_group()
     fast.add_argument("--bf16", action="store_true",
-                      help="matrix products in bfloat16: faster on CPUs with bf16 units (AMX), values about 1e-2 off")
+                      help="matrix products in bfloat16: faster on CPUs with bf16 units (AMX); vectors about 0.4%% off")
     fast.add_argument("--int8", action="store_true",
-                      help="LSTM products in int8 (dynamic quantisation, CPU only): fastest, values a few 1e-2 off")
+                      help="LSTM products in int8 (dynamic quantisation, CPU only): fastest; vectors 3-5%% off")
     p.add_argument("--cache-vocab", help="vocabulary file whose words' token vectors are computed once (faster)")
     p.add_argument("--tokenize", help="en, ko, ko-morph or whitespace (default: a shipped model's own tokenizer, "
                                       "otherwise whitespace)")

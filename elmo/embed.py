@@ -48,7 +48,7 @@ class Embedder:
         if weights.shape != (n,):
             raise ValueError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
         self.mix = gamma * torch.softmax(weights, dim=0)  # (L+1,)
-        self.bilm.set_matmul_precision(precision)  # "bf16": faster on CPUs with bf16 units, about 1e-2 off
+        self.bilm.set_matmul_precision(precision)  # "bf16": faster on CPUs with bf16 units, vectors about 0.4 % off (BENCHMARKS.md)
         if cache_words is not None:  # token layer precomputed for these words; others go through the CNN
             self.bilm.cache_tokens(cache_words)
 
