@@ -578,7 +578,10 @@ def _add_context_commands(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help (0) or a usage error (2, already printed): a code, as for other errors
+        return int(done.code or 0)
     try:
         from elmo.devices import check_device
 

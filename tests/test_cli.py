@@ -6,7 +6,6 @@ import sys
 
 import h5py
 import numpy as np
-import pytest
 
 from elmo.cli import main
 from tests.conftest import OPTIONS, WEIGHTS
@@ -128,8 +127,7 @@ def test_show_pads_wide_characters_by_the_columns_they_take():
 
 def test_counts_below_one_are_refused_by_the_parser(tmp_path, capsys):
     (tmp_path / "c.txt").write_text("a b c\n", encoding="utf-8")
-    with pytest.raises(SystemExit):
-        main(["vocab", "build", str(tmp_path / "c.txt"), "-o", str(tmp_path / "v.txt"), "--min-count", "0"])
+    assert main(["vocab", "build", str(tmp_path / "c.txt"), "-o", str(tmp_path / "v.txt"), "--min-count", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
     assert main(["vocab", "build", str(tmp_path / "c.txt"), "-o", str(tmp_path / "v.txt"), "--max-size", "3"]) == 2
     assert "no room for words" in capsys.readouterr().err

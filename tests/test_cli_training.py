@@ -92,7 +92,7 @@ def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
         err = capsys.readouterr().err
         assert key in err and len(err.strip().splitlines()) == 1, err
     assert main([*base, "--batch-size", "0"]) == 2
-    assert "batch_size" in capsys.readouterr().err
+    assert "--batch-size" in capsys.readouterr().err
     (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
     assert main(["baselines", str(tmp_path / "vocab.txt"), "--train", str(tmp_path / "empty.txt"), "--eval",
                  str(train)]) == 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from elmo.cli import main
 from elmo.context import Occurrence, matches, nearest, pca_2d, read_labelled_sentences
@@ -64,8 +63,7 @@ def test_a_file_mixing_labelled_and_plain_lines_is_refused_and_plain_lines_are_n
     plain.write_text("I took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")
     assert read_labelled_sentences(plain) == (["I took money from the bank .", "The bank closed ."],
                                               ["line 1", "line 3"])
-    with pytest.raises(SystemExit):
-        main(["similar", "bank", "--sentences", str(plain), *MODEL, "-k", "0"])
+    assert main(["similar", "bank", "--sentences", str(plain), *MODEL, "-k", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
     assert main(["similar", "bank", "--sentences", str(plain), *MODEL, "--layer", "-1"]) == 2
     assert "from 0 to" in capsys.readouterr().err

@@ -181,7 +181,7 @@ def test_saved_task_models_refuse_damage_and_a_different_bilm(model_dir, tmp_pat
     assert main(["task", "train", "pos", "--train", str(ewt / "en_ewt-ud-dev.conllu.gz"), "--dev",
                  str(ewt / "en_ewt-ud-dev.conllu.gz"), "--model", str(model_dir), "--out", str(tmp_path / "z"),
                  "--epochs", "0", "--max-items", "5", "--quiet"]) == 2
-    assert "epochs must be at least 1" in capsys.readouterr().err
+    assert "--epochs: must be at least 1" in capsys.readouterr().err
 
 
 def test_eval_counts_labels_unseen_in_training_as_errors(model_dir, tmp_path, capsys):

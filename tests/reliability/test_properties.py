@@ -46,7 +46,9 @@ def test_readers_never_crash_on_arbitrary_bytes(tmp_path_factory, data):
     path = root / "f"
     path.write_bytes(data)
     for reader, errors in ((lambda: list(read_lines(path)), (InputFileError,)),
-                           (lambda: list(read_lines(path, errors="replace")), ()),
+                           # --errors replace gets past any bytes, except a gzip header over damaged data
+                           (lambda: list(read_lines(path, errors="replace")),
+                            (InputFileError,) if data.startswith(b"\x1f\x8b") else ()),
                            (lambda: Vocabulary.load(path), (VocabError,)),
                            (lambda: ElmoConfig.from_file(path), (ConfigError,))):
         try:
