@@ -6,7 +6,7 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.model.elmo import Elmo
 from elmo.model.mix import ScalarMix
-from tests.conftest import random_bilm, small_config
+from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config
 
 BATCH = [["The", "bank", "closed"], ["A", "river"], []]
 
@@ -133,3 +133,49 @@ def test_clear_caches_after_editing_weights_through_data():
         fresh.forward_stack.layers[0].weight_hh.zero_()
         expected = fresh(ids).layers
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, expected))
+
+
+def test_allennlp_habits_work_or_say_what_to_write_instead():
+    """What a user porting AllenNLP code does: int32 ids, (batch, choices, T, W) ids, get_output_dim, the mix's
+    L2 penalty, and the AllenNLP constructor (a clear pointer to from_pretrained)."""
+    elmo = Elmo(random_bilm(small_config()), num_output_representations=2, dropout=0.0)
+    ids = batch_to_ids(BATCH)  # (3, T, W)
+    plain = elmo(ids)
+    assert torch.equal(elmo(ids.int())["elmo_representations"][0], plain["elmo_representations"][0])
+    stacked = elmo(torch.stack([ids, ids.flip(0)]))  # (2, 3, T, W)
+    assert stacked["mask"].shape == (2, *plain["mask"].shape)
+    assert stacked["elmo_representations"][1].shape == (2, *plain["elmo_representations"][1].shape)
+    assert torch.allclose(stacked["elmo_representations"][0][1], plain["elmo_representations"][0].flip(0), atol=1e-6)
+    assert elmo.get_output_dim() == elmo.output_dim == plain["elmo_representations"][0].shape[-1]
+    with torch.no_grad():
+        elmo.readouts[0].weights.fill_(1.0)
+    assert float(elmo.mix_penalty(0.5).detach()) == pytest.approx(0.5 * elmo.readouts[0].weights.numel())
+    with pytest.raises(TypeError, match="from_pretrained"):
+        Elmo("options.json", "weights.hdf5", 2)
+    assert Elmo.from_pretrained(options=OPTIONS, weights=WEIGHTS, stateful=True).bilm.stateful  # AllenNLP's mode
+    with pytest.raises(TypeError, match="integer character ids"):
+        elmo(ids.float())
+
+
+def test_layer_norm_in_half_precision_stays_finite():
+    mix = ScalarMix(2, do_layer_norm=True)
+    constant = torch.ones(1, 3, 4, dtype=torch.float16)
+    out = mix([constant, constant], torch.ones(1, 3, dtype=torch.bool))
+    assert torch.isfinite(out).all()
+
+
+def test_a_token_cache_is_dropped_once_training_changes_the_weights():
+    """The cache is read only without autograd: after an optimiser step a no_grad pass would use stale vectors."""
+    bilm = random_bilm(small_config())
+    elmo = Elmo(bilm, requires_grad=True, dropout=0.0)
+    ids = batch_to_ids(BATCH)
+    bilm.cache_tokens(["The", "bank", "closed", "A", "river"])
+    elmo.to("cpu").float()  # moving or casting keeps the cache
+    assert bilm.char_encoder.token_cache is not None
+    torch.optim.SGD(elmo.parameters(), lr=1.0).zero_grad()
+    elmo(ids)["elmo_representations"][0].pow(2).sum().backward()
+    torch.optim.SGD(elmo.parameters(), lr=1.0).step()
+    with torch.no_grad(), pytest.warns(UserWarning, match="token cache"):
+        cached = elmo(ids)["elmo_representations"][0]
+    assert bilm.char_encoder.token_cache is None
+    assert torch.allclose(cached, elmo(ids)["elmo_representations"][0], atol=1e-5)

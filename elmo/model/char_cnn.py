@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -66,6 +68,10 @@ class CharEncoder(nn.Module):
         if torch.is_grad_enabled():
             return self(unique)
         memo = self._memo()
+        if self.token_cache is not None and self.token_cache.weights_key not in (None, self._weights_key()):
+            warnings.warn("the token cache was computed with weights that have changed since (training?): dropped, "
+                          "the character CNN is used instead; call bilm.cache_tokens(words) again to rebuild it")
+            self.token_cache = None
         if self.token_cache is None:
             return memo.encode(unique, self)
         found, index = self.token_cache.lookup(unique)
@@ -80,10 +86,22 @@ class CharEncoder(nn.Module):
         """Empty the memo of recently seen words (it also empties itself whenever the weights change)."""
         self._memos = {}
 
+    def _apply(self, fn, *args, **kwargs):
+        """``.to()``, ``.half()`` ...: moved or cast weights are the same weights; a fresh token cache stays valid."""
+        fresh = self.token_cache is not None and self.token_cache.weights_key == self._weights_key()
+        module = super()._apply(fn, *args, **kwargs)
+        if fresh:
+            self.token_cache.weights_key = self._weights_key()
+        return module
+
+    def _weights_key(self) -> tuple:
+        """Changes whenever a parameter is replaced or updated in place (an optimiser step, a load_state_dict)."""
+        return tuple((p.data_ptr(), p._version) for p in self.parameters())
+
     def _memo(self) -> TokenMemo:
         """The memo for the current weights and matmul precision (one per precision, so switching back and forth
         gives the same numbers as before)."""
-        key = tuple((p.data_ptr(), p._version) for p in self.parameters())
+        key = self._weights_key()
         if self._memo_weights != key:  # new weights: forget what was computed with the old ones
             self._memos, self._memo_weights = {}, key
         if self.matmul_dtype not in self._memos:

@@ -26,6 +26,10 @@ class Elmo(nn.Module):
                  scalar_mix_parameters: Sequence[float] | None = None,
                  output: Literal["mix", "projection"] = "mix", projection_dim: int = 512) -> None:
         super().__init__()
+        if not isinstance(bilm, BiLM):
+            raise TypeError(f"Elmo takes a BiLM, got {type(bilm).__name__}; for AllenNLP's Elmo(options_file, "
+                            "weight_file, n) write Elmo.from_pretrained(options=options_file, weights=weight_file, "
+                            "num_output_representations=n)")
         if output not in ("mix", "projection"):
             raise ValueError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
         self.bilm = bilm
@@ -48,23 +52,46 @@ class Elmo(nn.Module):
 
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
-                        weights: str | Path | None = None, **kwargs) -> "Elmo":
-        """``Elmo`` over a biLM loaded from our directory or from the official options + weights pair."""
+                        weights: str | Path | None = None, stateful: bool = False, **kwargs) -> "Elmo":
+        """``Elmo`` over a biLM loaded from our directory or from the official options + weights pair.
+        ``stateful=True``: AllenNLP's mode (LSTM state carried from batch to batch), for its exact numbers."""
         from elmo.io.load import load_bilm
 
-        return cls(load_bilm(model, options, weights), **kwargs)
+        return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
     @property
     def output_dim(self) -> int:
         first = self.readouts[0]
         return first.projection.out_features if isinstance(first, ComponentProjection) else self.bilm.config.output_dim
 
+    def get_output_dim(self) -> int:
+        """AllenNLP's name for ``output_dim``."""
+        return self.output_dim
+
+    def mix_penalty(self, coef: float = 0.001) -> torch.Tensor:
+        """bilm-tf's regulariser of the learned mixes: ``coef`` x the sum of squared pre-softmax weights (add it to
+        the task loss; the paper uses 0.001). Zero for projection readouts and fixed mixes."""
+        terms = [r.weights.pow(2).sum() for r in self.readouts if isinstance(r, ScalarMix) and r.weights.requires_grad]
+        return coef * torch.stack(terms).sum() if terms else torch.zeros(())
+
     def forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
-        """char_ids (B, T, W) from ``batch_to_ids``."""
-        if not isinstance(char_ids, torch.Tensor) or char_ids.dim() != 3:
+        """char_ids (B, T, W) from ``batch_to_ids``, or (..., T, W) with more leading axes (several passages or
+        choices per example): the outputs then have the same leading axes, (..., T, D), and the mask (..., T)."""
+        if not isinstance(char_ids, torch.Tensor) or char_ids.dim() < 3:
             raise TypeError("Elmo takes character ids (batch, tokens, characters): pass batch_to_ids(sentences), "
                             f"not {type(char_ids).__name__}"
                             + (f" of shape {tuple(char_ids.shape)}" if isinstance(char_ids, torch.Tensor) else ""))
+        if char_ids.dtype.is_floating_point or char_ids.dtype == torch.bool:
+            raise TypeError(f"Elmo takes integer character ids, got {char_ids.dtype}")
+        char_ids = char_ids.long()  # int32 ids (from numpy, other tools) index the embedding like int64 ones
+        if char_ids.dim() > 3:
+            lead = char_ids.shape[:-2]
+            out = self._forward(char_ids.reshape(-1, *char_ids.shape[-2:]))  # (N, T, W)
+            return {"elmo_representations": [r.reshape(*lead, *r.shape[1:]) for r in out["elmo_representations"]],
+                    "mask": out["mask"].reshape(*lead, out["mask"].shape[-1])}
+        return self._forward(char_ids)
+
+    def _forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
         # the parameters' own flags decide, so unfreezing them after construction (as with AllenNLP) fine-tunes
         tune = any(p.requires_grad for p in self.bilm.parameters())
         with torch.set_grad_enabled(tune and torch.is_grad_enabled()):

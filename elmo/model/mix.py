@@ -34,7 +34,9 @@ class ScalarMix(nn.Module):
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError("ScalarMix with layer norm needs the mask")
-            layers = [_masked_layer_norm(layer, mask, self.eps) for layer in layers]
+            # as AllenNLP: 1e-13 vanishes in float16 / bfloat16, where a constant layer would then give NaN
+            eps = self.eps if layers[0].dtype in (torch.float32, torch.float64) else max(self.eps, 1e-4)
+            layers = [_masked_layer_norm(layer, mask, eps) for layer in layers]
         return self.gamma * sum(weight * layer for weight, layer in zip(s, layers))
 
 

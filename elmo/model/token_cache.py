@@ -2,7 +2,8 @@
 
 The token layer depends only on the word's characters, so its vectors can be computed once per vocabulary word
 (or read from bilm-tf's ``dump_token_embeddings`` file) and looked up instead of recomputed. Words missing from the
-cache still go through the CNN, so any input works. Only for frozen weights: the cache does not follow training.
+cache still go through the CNN, so any input works. Only for frozen weights: once the weights change (training), the
+cache is dropped with a warning and the CNN used instead.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class TokenCache:
         rows = char_rows.to(torch.int16).cpu().numpy()
         self.index = {row.tobytes(): i for i, row in enumerate(rows)}
         self.width = char_rows.shape[1]
+        self.weights_key: tuple | None = None  # the encoder weights it was computed with (set by build_token_cache)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -104,4 +106,6 @@ def build_token_cache(encoder, words: Sequence[str], batch_size: int = 1024) -> 
     with torch.inference_mode():
         vectors = torch.cat([encoder(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]) \
             if len(rows) else torch.zeros(0, encoder.output_dim, device=device)
-    return TokenCache(rows, vectors.clone())
+    cache = TokenCache(rows, vectors.clone())
+    cache.weights_key = encoder._weights_key()
+    return cache
