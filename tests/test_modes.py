@@ -67,6 +67,20 @@ def test_stateful_growth_starts_new_rows_from_zero():
     assert not torch.allclose(grown[0], grown[1])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_stateful_model_moved_to_the_gpu_carries_its_state_along():
+    model = random_bilm(small_config(), stateful=True)
+    batch = [["the", "bank"], ["a", "river"]]
+    on_cpu = [_top(model, batch) for _ in range(2)]
+    model.reset_states()
+    _top(model, batch)
+    model.to("cuda")
+    with torch.no_grad():
+        out = model(batch_to_ids(batch).cuda())
+    second = [torch.stack(out.layers)[:, row, 1 : len(s) + 1].cpu() for row, s in enumerate(batch)]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(second, on_cpu[1]))
+
+
 # output rows of one input-projection block (4C = 96 floats per row): 1 (every step split), 6, the whole layer
 @pytest.mark.parametrize("block_rows", [1, 6, None])
 @pytest.mark.parametrize("zero_state", [False, True])

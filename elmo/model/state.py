@@ -44,6 +44,7 @@ class StateCarrier:
             return
         merged = []
         for old, fresh in zip(self.state, new):
+            old = old.to(fresh)  # the model may have moved (.to("cuda"), .half()) since the last call
             batch = fresh.shape[2]
             # AllenNLP concatenates both directions per layer: (L, B, 2X); its used-mask reads layer 0 of that
             used = torch.cat([fresh[0, 0], fresh[1, 0]], dim=-1).sum(-1) != 0  # (B,)
