@@ -151,6 +151,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     history = trainer.train()
     if history and trainer.env.main:
         print(f"step {trainer.step}: loss {history[-1]['loss']:.4f}, checkpoints in {args.out}", file=sys.stderr)
+    elif trainer.env.main and trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
+        print(f"nothing to train: the run is at step {trainer.step} and --max-steps is {trainer.config.max_steps}; "
+              f"give a larger --max-steps (or --max-minutes alone) to go on", file=sys.stderr)
 
 
 def _relaunch_with_torchrun(nproc: int) -> None:

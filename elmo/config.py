@@ -78,21 +78,22 @@ class ElmoConfig:
 
     # ---- options.json ---------------------------------------------------------------------------------------
     @classmethod
-    def from_options(cls, options: dict[str, Any], source: str = "options.json") -> "ElmoConfig":
-        """Build from a parsed options.json; ``source`` names the file in error messages."""
+    def from_options(cls, options: dict[str, Any], source: str = "options.json", strict: bool = False,
+                     ) -> "ElmoConfig":
+        """Build from a parsed options.json; ``source`` names the file in error messages. Unknown keys are
+        dropped with a warning (released files carry extra ones), or refused with ``strict`` (our own configs,
+        where an unknown key is a typo that would silently build another model)."""
         if not isinstance(options, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(options).__name__}")
-        for key in options:
-            if key not in ("lstm", "char_cnn") and key not in TRAINING_KEYS:
-                warnings.warn(f"{source}: unknown key {key!r} ignored", stacklevel=2)
+        _unknown(options, {"lstm", "char_cnn", *TRAINING_KEYS}, source, "", strict)
         lstm = _section(options, "lstm", source)
         cnn = _section(options, "char_cnn", source)
         embedding = _section(cnn, "embedding", source, prefix="char_cnn.")
-        _warn_unknown(lstm, {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"},
-                      source, "lstm.")
-        _warn_unknown(cnn, {"embedding", "filters", "n_highway", "activation", "n_characters",
-                            "max_characters_per_token"}, source, "char_cnn.")
-        _warn_unknown(embedding, {"dim"}, source, "char_cnn.embedding.")
+        _unknown(lstm, {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"},
+                 source, "lstm.", strict)
+        _unknown(cnn, {"embedding", "filters", "n_highway", "activation", "n_characters", "max_characters_per_token"},
+                 source, "char_cnn.", strict)
+        _unknown(embedding, {"dim"}, source, "char_cnn.embedding.", strict)
 
         filters_raw = _get(cnn, "filters", list, source, "char_cnn.")
         filters = []
@@ -202,10 +203,13 @@ def _section(obj: dict, key: str, source: str, prefix: str = "") -> dict:
     return value
 
 
-def _warn_unknown(obj: dict, known: set[str], source: str, prefix: str) -> None:
+def _unknown(obj: dict, known: set[str], source: str, prefix: str, strict: bool) -> None:
     for key in obj:
-        if key not in known:
-            warnings.warn(f"{source}: unknown key {prefix}{key} ignored", stacklevel=3)
+        if key in known:
+            continue
+        if strict:
+            raise ConfigError(f"{source}: unknown key {prefix}{key}; known: {', '.join(sorted(known - TRAINING_KEYS))}")
+        warnings.warn(f"{source}: unknown key {prefix}{key} ignored", stacklevel=3)
 
 
 _MISSING = object()

@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -15,8 +16,11 @@ from tests.conftest import micro_train_config  # noqa: E402
 
 def main() -> None:
     train, vocab, out, rows, steps = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    config = micro_train_config(batch_size=rows, max_steps=steps, dropout=0.0)
+    minutes, late = (float(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 6 else (None, 0.0)
+    config = micro_train_config(batch_size=rows, max_steps=steps or None, max_minutes=minutes, dropout=0.0)
     trainer = Trainer(config, [train], out / "run", vocab=Vocabulary.load(vocab), progress=False)
+    if trainer.env.rank == 1:
+        time.sleep(late)  # this rank's clock starts later: --max-minutes runs out for rank 0 first
     losses = [m["loss"] for m in trainer.train()]
     rank = trainer.env.rank
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(out / f"rank{rank}.safetensors"))

@@ -100,3 +100,49 @@ def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
     assert main(["baselines", str(tmp_path / "vocab.txt"), "--train", str(train), "--eval",
                  str(tmp_path / "empty.txt")]) == 2
     assert "empty.txt: no words" in capsys.readouterr().err
+
+
+def test_resume_and_adapt_mistakes_are_refused_with_what_to_do(text_slices, tmp_path, capsys):
+    """Each of these used to be accepted and run something else than asked."""
+    import shutil
+
+    train, _, _ = text_slices
+    toml = _micro_toml(tmp_path / "micro.toml", checkpoint_every=2)
+    assert main(["vocab", "build", str(train), "-o", str(tmp_path / "vocab.txt"), "--min-count", "2"]) == 0
+    assert main(["vocab", "build", str(train), "-o", str(tmp_path / "other.txt"), "--max-size", "50"]) == 0
+    run = tmp_path / "run"
+    base = ["train", str(train), "--quiet"]
+    assert main([*base, "--config", toml, "--vocab", str(tmp_path / "vocab.txt"), "--out", str(run),
+                 "--max-steps", "4"]) == 0
+    capsys.readouterr()
+
+    def refused(*flags: str) -> str:
+        assert main([*base, *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        return err
+
+    # going back to an older checkpoint in the same folder: "newest" would mean the abandoned branch
+    assert "newer than step-00000002" in refused("--out", str(run), "--resume", str(run / "step-00000002"))
+    assert "not both" in refused("--out", str(tmp_path / "b"), "--resume", str(run), "--init-from", str(run))
+    assert "leave out --vocab" in refused("--out", str(tmp_path / "c"), "--init-from", str(run),
+                                          "--vocab", str(tmp_path / "other.txt"))
+    assert main([*base, "--out", str(run), "--resume", str(run), "--max-steps", "4"]) == 0
+    assert "nothing to train" in capsys.readouterr().err
+    shutil.copytree(run / "step-00000004", tmp_path / "slim" / "step-00000004")
+    (tmp_path / "slim" / "step-00000004" / "optimizer.safetensors").unlink()
+    assert "--init-from" in refused("--out", str(tmp_path / "slim"), "--resume", str(tmp_path / "slim"))
+    (run / "step-00000004" / "trainer.json").write_text('{"tokens_seen": 1', encoding="utf-8")
+    assert "trainer.json is not valid JSON" in refused("--out", str(run), "--resume", str(run))
+
+
+def test_config_file_typos_are_errors(tmp_path, capsys):
+    good = (tmp_path / "micro.toml")
+    _micro_toml(good)
+    text = good.read_text(encoding="utf-8")
+    for name, broken, message in (("table", text.replace("[train]", "[trian]"), "unknown table [trian]"),
+                                  ("skip", text.replace("use_skip_connections", "use_skip_conections"),
+                                   "unknown key lstm.use_skip_conections")):
+        (tmp_path / f"{name}.toml").write_text(broken, encoding="utf-8")
+        assert main(["train", "x.txt", "--config", str(tmp_path / f"{name}.toml"), "--out", str(tmp_path / "r")]) == 2
+        assert message in capsys.readouterr().err

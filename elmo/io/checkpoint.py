@@ -134,11 +134,18 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         if (root / "optimizer.safetensors").is_file():
             optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")),
                                             json.loads((root / "optimizer.json").read_text()))
+        settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root}: damaged checkpoint ({err})") from None
-    return Checkpoint(root, bilm, softmax, Vocabulary.load(root / "vocab.txt"),
-                      json.loads((root / "train_config.json").read_text()), optimizer, tensors,
-                      json.loads((root / "trainer.json").read_text()))
+    return Checkpoint(root, bilm, softmax, Vocabulary.load(root / "vocab.txt"), settings["train_config.json"],
+                      optimizer, tensors, settings["trainer.json"])
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path.name} is not valid JSON ({err})") from None
 
 
 def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary) -> Path:

@@ -49,9 +49,12 @@ class TrainConfig:
         unknown = sorted(set(train) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown training key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+        tables = sorted(set(data) - {"train", "model"})
+        if tables:
+            raise ConfigError(f"{source}: unknown table [{tables[0]}]; a training config has [train] and [model.*]")
         if "model" not in data:
             raise ConfigError(f"{source}: missing the [model.lstm] and [model.char_cnn] tables")
-        config = cls(model=ElmoConfig.from_options(data["model"], source=source), **train)
+        config = cls(model=ElmoConfig.from_options(data["model"], source=source, strict=True), **train)
         config.check(source)
         return config
 

@@ -59,6 +59,10 @@ def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
     if not existing:
         return
     if resume is not None and resolve_checkpoint(resume).resolve().parent == out_dir.resolve():
+        chosen = resolve_checkpoint(resume).resolve()
+        if chosen != existing[-1].resolve():  # going back: "newest" would soon mean the abandoned branch
+            raise ValueError(f"{out_dir} has checkpoints newer than {chosen.name} (up to {existing[-1].name}): "
+                             f"resume into a new folder (--out NEW --resume {chosen}), or move the newer ones away")
         return
     raise ValueError(f"{out_dir} already holds a run (checkpoints up to {existing[-1].name}): pass --resume {out_dir} "
                      "to continue that run, or choose a new --out")
@@ -80,11 +84,20 @@ class Trainer:
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         _check_out_dir_is_free(self.out_dir, resume)
         checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
+        if resume and init_from:
+            raise ValueError("give --resume (continue a run exactly) or --init-from (start a new run from its "
+                             "weights), not both")
+        if resume and checkpoint.optimizer is None:
+            raise ValueError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
+                             f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
         if resume:
             saved = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path))
             config = saved.resumed(given if given is not None else
                                    {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
         if checkpoint is not None:
+            if vocab is not None and vocab.words != checkpoint.vocab.words:
+                raise ValueError(f"the vocabulary given differs from {checkpoint.path}'s: a continued or adapted run "
+                                 f"keeps its own (the softmax rows belong to its words); leave out --vocab")
             vocab = checkpoint.vocab  # continuing (or adapting to new text) keeps the vocabulary
             config = config.replace(model=checkpoint.bilm.config)
         if vocab is None:
@@ -187,8 +200,9 @@ class Trainer:
                       f"({self.bad_steps} in a row, stopping at {self.config.max_bad_steps})")
         if self.bad_steps >= self.config.max_bad_steps:
             raise TrainingDiverged(f"training stopped at step {self.step}: {self.bad_steps} batches in a row had a "
-                                   f"non-finite loss or gradient; resume from the last checkpoint in {self.out_dir} "
-                                   f"with a lower learning rate")
+                                   f"non-finite loss or gradient; start again from the last good checkpoint with a lower "
+                                   f"learning rate: --init-from {self.out_dir} --out NEW_FOLDER --config FILE.toml "
+                                   f"(a [train] learning_rate below {self.config.learning_rate:g})")
 
     def _inputs(self, batches: list[LMBatch]) -> tuple:
         return tuple((b.char_ids.to(self.device), b.targets.to(self.device)) for b in batches)
@@ -206,9 +220,9 @@ class Trainer:
         bar = tqdm(total=cfg.max_steps, initial=self.step, unit="batch", disable=not self.progress, desc="train")
         window_tokens, window_start = 0, time.monotonic()
         while cfg.max_steps is None or self.step < cfg.max_steps:
-            if cfg.max_minutes is not None and (time.monotonic() - start) / 60 >= cfg.max_minutes:
+            if self._time_is_up(start):
                 break
-            metrics = self.train_step()
+            metrics = self._mean_over_ranks(self.train_step())
             history.append(metrics)
             window_tokens += cfg.batch_size * cfg.unroll_steps * self.env.world
             self.elapsed = elapsed_before + time.monotonic() - start
@@ -229,6 +243,27 @@ class Trainer:
         if self.step > start_step and self.step % cfg.checkpoint_every != 0:
             self.save()
         return history
+
+    def _time_is_up(self, start: float) -> bool:
+        """--max-minutes reached; with several processes, reached by any of them, so all stop after the same step
+        (a process that stopped alone would wait forever for the others' checkpoint state, and they for its step)."""
+        if self.config.max_minutes is None:
+            return False
+        up = (time.monotonic() - start) / 60 >= self.config.max_minutes
+        if self.env.world > 1:
+            flag = torch.tensor([float(up)], device=self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            up = bool(flag.item())
+        return up
+
+    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The losses of the whole global batch (each process computes its own rows' share)."""
+        if self.env.world == 1:
+            return metrics
+        names = [k for k in ("loss", "forward", "backward") if k in metrics]
+        values = torch.tensor([metrics[k] for k in names], dtype=torch.float64, device=self.device)
+        dist.all_reduce(values)
+        return metrics | {k: float(v) / self.env.world for k, v in zip(names, values)}
 
     def save(self) -> Path | None:
         """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
