@@ -53,7 +53,7 @@ def _embed_tokenizer(args: argparse.Namespace):
 
     name = args.tokenize
     if name is None:
-        name = pretrained.shipped_tokenizer(args.model, args.options, args.weights)
+        name = pretrained.model_tokenizer(args.model, args.options, args.weights)
     return None if name is None else get_tokenizer(name)
 
 
@@ -132,12 +132,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         _relaunch_with_torchrun(args.nproc)
         return
     from elmo.data.vocab import Vocabulary
-    from elmo.text.tokenize import get_tokenizer
     from elmo.training.config import TrainConfig
     from elmo.training.trainer import Trainer
 
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_size": args.batch_size,
-             "seed": args.seed, "checkpoint_every": args.checkpoint_every}
+             "seed": args.seed, "checkpoint_every": args.checkpoint_every,
+             "tokenize": None if args.tokenize in ("whitespace", "none") else args.tokenize}
     loaded = TrainConfig.load(args.config or "tiny")
     config = loaded.replace(**flags)
     config.check("command line")
@@ -145,7 +145,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     # checked against it: run length and checkpointing may change, the rest must match
     given = ({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {}) | flags
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
-    trainer = Trainer(config, args.files, args.out, vocab=vocab, tokenizer=get_tokenizer(args.tokenize),
+    trainer = Trainer(config, args.files, args.out, vocab=vocab,
                       resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet,
                       given=given)
     history = trainer.train()
@@ -173,14 +173,15 @@ def _relaunch_with_torchrun(nproc: int) -> None:
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
-    from elmo.io.checkpoint import load_language_model
+    from elmo.io.checkpoint import load_language_model, recorded_tokenizer
     from elmo.text.tokenize import get_tokenizer
     from elmo.training.evaluate import perplexity
     from elmo.training.lm import LanguageModel
 
     bilm, softmax, vocab = load_language_model(args.model)
     model = LanguageModel(bilm, softmax).to(args.device)
-    result = perplexity(model, vocab, args.files, get_tokenizer(args.tokenize), batch_size=args.batch_size,
+    tokenizer = get_tokenizer(args.tokenize or recorded_tokenizer(args.model))  # as the model's text was split
+    result = perplexity(model, vocab, args.files, tokenizer, batch_size=args.batch_size,
                         max_sentences=args.max_sentences, progress=not args.quiet)
     print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
           f"mean {result.mean:.2f}")
@@ -367,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_count, help="rows per process")
     p.add_argument("--checkpoint-every", type=_count)
     p.add_argument("--seed", type=int)
-    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
+    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with "
+                                                    "the model, kept on resume and --init-from, used by embed, show "
+                                                    "and perplexity")
     p.add_argument("--nproc", type=int, default=0, help="processes on this machine (runs torchrun)")
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
@@ -378,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     p.add_argument("--batch-size", type=_count, default=64)
     p.add_argument("--max-sentences", type=_count)
-    p.add_argument("--tokenize", default=None)
+    p.add_argument("--tokenize", default=None, help="default: the tokenizer the model was trained with")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_perplexity)

@@ -61,7 +61,7 @@ class Embedder:
         from elmo.io.load import load_bilm
         from elmo.text.tokenize import get_tokenizer
 
-        if "tokenizer" not in kwargs and (tokenizer_name := pretrained.shipped_tokenizer(model, options, weights)):
+        if "tokenizer" not in kwargs and (tokenizer_name := pretrained.model_tokenizer(model, options, weights)):
             kwargs["tokenizer"] = get_tokenizer(tokenizer_name)
         return cls(load_bilm(model, options, weights), **kwargs)
 

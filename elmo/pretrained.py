@@ -64,13 +64,18 @@ def known_names() -> list[str]:
     return shipped_names() + list(OFFICIAL)
 
 
-def shipped_tokenizer(name: str | Path | None, options: str | Path | None = None,
-                      weights: str | Path | None = None) -> str | None:
-    """The tokenizer a shipped model's text was made with ("en", "ko") for the model these ``load_bilm`` arguments
-    name (nothing at all: the shipped default), or None for anything else."""
+def model_tokenizer(name: str | Path | None, options: str | Path | None = None,
+                    weights: str | Path | None = None) -> str | None:
+    """The tokenizer the model these ``load_bilm`` arguments name was trained with: a shipped model's ("en", "ko";
+    nothing at all means the shipped default), or the one recorded in a trained model's folder (``elmo train
+    --tokenize``); None for anything else (whitespace-split text, as AllenNLP expects)."""
     if name is None:
         return SHIPPED_TOKENIZERS[DEFAULT_MODEL] if options is None and weights is None else None
-    return SHIPPED_TOKENIZERS.get(str(name)) if is_model_name(str(name)) else None
+    if is_model_name(str(name)):
+        return SHIPPED_TOKENIZERS.get(str(name))
+    from elmo.io.checkpoint import recorded_tokenizer
+
+    return recorded_tokenizer(name)
 
 
 def is_model_name(name: str | Path) -> bool:

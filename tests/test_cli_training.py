@@ -146,3 +146,28 @@ def test_config_file_typos_are_errors(tmp_path, capsys):
         (tmp_path / f"{name}.toml").write_text(broken, encoding="utf-8")
         assert main(["train", "x.txt", "--config", str(tmp_path / f"{name}.toml"), "--out", str(tmp_path / "r")]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_the_training_tokenizer_is_recorded_kept_on_resume_and_used_by_perplexity_and_embed(text_slices, tmp_path,
+                                                                                           capsys):
+    from elmo import pretrained
+    from elmo.embed import Embedder
+
+    train, dev, _ = text_slices
+    toml = _micro_toml(tmp_path / "micro.toml")
+    assert main(["vocab", "build", str(train), "-o", str(tmp_path / "vocab.txt"), "--tokenize", "en"]) == 0
+    run = str(tmp_path / "run")
+    assert main(["train", str(train), "--config", toml, "--vocab", str(tmp_path / "vocab.txt"), "--out", run,
+                 "--max-steps", "2", "--tokenize", "en", "--quiet"]) == 0
+    assert pretrained.model_tokenizer(run) == "en"
+    capsys.readouterr()
+    assert main(["train", str(train), "--out", run, "--resume", run, "--max-steps", "3", "--tokenize", "ko",
+                 "--quiet"]) == 2
+    assert "cannot change tokenize" in capsys.readouterr().err
+    assert main(["train", str(train), "--out", run, "--resume", run, "--max-steps", "3", "--quiet"]) == 0
+    (tmp_path / "raw.txt").write_text("It wasn't bad, was it?\n", encoding="utf-8")
+    assert main(["perplexity", run, str(tmp_path / "raw.txt"), "--quiet"]) == 0
+    assert capsys.readouterr().out.split()[1] == "9"  # It was n't bad , was it ? + </S>: split as in training
+    assert main(["export", run, str(tmp_path / "exp")]) == 0
+    assert Embedder.from_pretrained(str(tmp_path / "exp")).tokenize(["It wasn't bad."]) == [
+        ["It", "was", "n't", "bad", "."]]

@@ -31,6 +31,7 @@ from elmo.data.vocab import Vocabulary
 from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
 from elmo.model.bilm import BiLM
 
+TOKENIZER_FILE = "tokenizer.json"  # {"tokenize": "en"}: how the training text was split
 PREFIX = "step-"
 
 
@@ -84,6 +85,8 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
                   str(tmp / "softmax.safetensors"))
         vocab.save(tmp / "vocab.txt")
         _write_json(tmp / "train_config.json", train_config)
+        if tokenize := train_config.get("train", {}).get("tokenize"):
+            _write_json(tmp / TOKENIZER_FILE, {"tokenize": tokenize})
         if optimizer_state is not None:
             opt_tensors, opt_plain = flatten_optimizer(optimizer_state)
             save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
@@ -110,6 +113,23 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
         return []
     return sorted(p for p in run.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
                   and (p / "trainer.json").is_file())
+
+
+def recorded_tokenizer(path: str | Path) -> str | None:
+    """The tokenizer name ("en", "ko" ...) a model directory, checkpoint or run directory was trained with, if
+    recorded (``tokenizer.json``); None means whitespace-split text or not recorded."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    record = path / TOKENIZER_FILE
+    if not record.is_file() and (found := list_checkpoints(path)):
+        record = found[-1] / TOKENIZER_FILE
+    if not record.is_file():
+        return None
+    try:
+        return json.loads(record.read_text(encoding="utf-8")).get("tokenize")
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise ModelFileError(f"{record}: not a tokenizer record ({err})") from None
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -37,6 +37,7 @@ class TrainConfig:
     seed: int = 0
     chunk_size: int = 20_000  # sentences read and shuffled at a time (bounds memory)
     max_bad_steps: int = 10  # stop after this many consecutive batches with a non-finite loss
+    tokenize: str | None = None  # how raw lines are split (None: whitespace); recorded so the model is used alike
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "model"}
@@ -70,6 +71,8 @@ class TrainConfig:
             if value < low or (strict and value == low):
                 bound = f"greater than {low}" if strict else f"at least {low}"
                 raise ConfigError(f"{source}: training key {key!r} must be {bound}, got {value!r}")
+        if self.tokenize not in (None, "whitespace", "en", "ko", "ko-morph"):
+            raise ConfigError(f"{source}: tokenize must be whitespace, en, ko or ko-morph, got {self.tokenize!r}")
         if self.optimizer not in ("adagrad", "adam"):
             raise ConfigError(f"{source}: optimizer must be 'adagrad' or 'adam', got {self.optimizer!r}")
         if not 0 <= self.dropout < 1:

@@ -25,8 +25,10 @@ from tqdm.auto import tqdm
 
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+from elmo.io.checkpoint import (list_checkpoints, load_checkpoint, recorded_tokenizer, resolve_checkpoint,
+                                 save_checkpoint)
 from elmo.io.native import load_state_strict
+from elmo.text.tokenize import get_tokenizer
 from elmo.training.config import TrainConfig
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LogUniformSampler
@@ -72,7 +74,7 @@ class Trainer:
     """Owns the model, optimiser, data streams and carried states of one training run."""
 
     def __init__(self, config: TrainConfig, files: Sequence[str | Path], out_dir: str | Path,
-                 vocab: Vocabulary | None = None, tokenizer: Callable[[str], list[str]] = str.split,
+                 vocab: Vocabulary | None = None, tokenizer: Callable[[str], list[str]] | None = None,
                  resume: str | Path | None = None, init_from: str | Path | None = None,
                  device: str | None = None, progress: bool = True, given: dict | None = None) -> None:
         """``given``: the settings the user gave for this run (None where not given), applied over a resumed
@@ -94,6 +96,10 @@ class Trainer:
             saved = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path))
             config = saved.resumed(given if given is not None else
                                    {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
+        if init_from and config.tokenize is None:  # adapting to new text: split it as the model's own text was
+            config = config.replace(tokenize=recorded_tokenizer(checkpoint.path))
+        if tokenizer is None:
+            tokenizer = get_tokenizer(config.tokenize)
         if checkpoint is not None:
             if vocab is not None and vocab.words != checkpoint.vocab.words:
                 raise ValueError(f"the vocabulary given differs from {checkpoint.path}'s: a continued or adapted run "
