@@ -173,6 +173,7 @@ def _relaunch_with_torchrun(nproc: int) -> None:
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
+    from elmo.data.vocab import UNKNOWN_SHARE_WARNING
     from elmo.io.checkpoint import load_language_model, recorded_tokenizer
     from elmo.text.tokenize import get_tokenizer
     from elmo.training.evaluate import perplexity
@@ -183,8 +184,12 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     tokenizer = get_tokenizer(args.tokenize or recorded_tokenizer(args.model))  # as the model's text was split
     result = perplexity(model, vocab, args.files, tokenizer, batch_size=args.batch_size,
                         max_sentences=args.max_sentences, progress=not args.quiet)
+    share = result.unknown / result.tokens
     print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
-          f"mean {result.mean:.2f}")
+          f"mean {result.mean:.2f}  unknown {100 * share:.1f}%")
+    if share > UNKNOWN_SHARE_WARNING:
+        warnings.warn(f"{100 * share:.0f}% of the tokens are not in the model's vocabulary (they count as <UNK>, "
+                      f"which flatters the perplexity): is the text split as the training text was (--tokenize)?")
 
 
 def cmd_score(args: argparse.Namespace) -> None:

@@ -171,3 +171,18 @@ def test_the_training_tokenizer_is_recorded_kept_on_resume_and_used_by_perplexit
     assert main(["export", run, str(tmp_path / "exp")]) == 0
     assert Embedder.from_pretrained(str(tmp_path / "exp")).tokenize(["It wasn't bad."]) == [
         ["It", "was", "n't", "bad", "."]]
+
+
+def test_text_the_vocabulary_barely_covers_is_reported_by_train_and_perplexity(text_slices, tmp_path, capsys):
+    """A vocabulary of another language or tokenizer trains a model that predicts <UNK> well: its low perplexity
+    looks like success unless the unknown share is shown."""
+    train, _, _ = text_slices
+    (tmp_path / "other.txt").write_text("전혀 다른 언어 의 문장 입니다 .\n" * 50, encoding="utf-8")
+    assert main(["vocab", "build", str(tmp_path / "other.txt"), "-o", str(tmp_path / "vocab.txt")]) == 0
+    run = str(tmp_path / "run")
+    assert main(["train", str(train), "--config", _micro_toml(tmp_path / "micro.toml"), "--vocab",
+                 str(tmp_path / "vocab.txt"), "--out", run, "--max-steps", "1", "--quiet"]) == 0
+    assert "not in the vocabulary" in capsys.readouterr().err
+    assert main(["perplexity", run, str(train), "--max-sentences", "20", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert float(captured.out.split("unknown ")[1].rstrip("%\n")) > 90 and "flatters" in captured.err

@@ -14,6 +14,8 @@ from elmo.io.atomic import atomic_path
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+# a share of <UNK> tokens above this in a text suggests another tokenizer or language than the vocabulary's
+UNKNOWN_SHARE_WARNING = 0.10
 
 
 class VocabError(ValueError):

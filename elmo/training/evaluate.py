@@ -23,6 +23,7 @@ class Perplexity:
     forward: float
     backward: float
     tokens: int  # predictions per direction (n + 1 per sentence: every word and </S>)
+    unknown: int = 0  # forward targets that are <UNK>: a high share means a vocabulary or tokenizer mismatch
 
     @property
     def mean(self) -> float:
@@ -45,7 +46,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                           vocab, batch_size, unroll_steps, reverse=bool(d),
                           width=model.bilm.config.char_cnn.max_characters_per_token) for d in (0, 1)]
     states = model.zero_states(batch_size, device)
-    totals, counts = [0.0, 0.0], [0, 0]
+    totals, counts, unknown = [0.0, 0.0], [0, 0], 0
     bar = tqdm(unit="tok", disable=not progress, desc="perplexity")
     for direction, batcher in enumerate(batchers):
         while (batch := batcher.next_batch()) is not None:
@@ -53,6 +54,8 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
             targets = batch.targets.to(device).reshape(-1)
             totals[direction] += float(model.softmax.full_loss(hidden.reshape(-1, hidden.shape[-1]), targets))
             counts[direction] += batch.tokens
+            if direction == 0:
+                unknown += int((targets == vocab.unk).sum())
             bar.update(batch.tokens)
             if counts[direction]:
                 bar.set_postfix(ppl=f"{math.exp(totals[direction] / counts[direction]):.1f}",
@@ -60,7 +63,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
     bar.close()
     if counts[0] == 0:
         raise ValueError("no text to evaluate: the files hold no non-empty line")
-    return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0])
+    return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0], unknown)
 
 
 @torch.inference_mode()

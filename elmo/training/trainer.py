@@ -24,7 +24,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
-from elmo.data.vocab import Vocabulary
+from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.io.checkpoint import (list_checkpoints, load_checkpoint, recorded_tokenizer, resolve_checkpoint,
                                  save_checkpoint)
 from elmo.io.native import load_state_strict
@@ -84,6 +84,7 @@ class Trainer:
         if self.env.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
+        self._checked_unknown = False
         _check_out_dir_is_free(self.out_dir, resume)
         checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
         if resume and init_from:
@@ -168,11 +169,23 @@ class Trainer:
         self.step, self.tokens_seen, self.elapsed = trainer["step"], trainer["tokens_seen"], trainer["elapsed"]
 
     # ---- one step ---------------------------------------------------------------------------------------------
+    def _warn_if_mostly_unknown(self, batch: LMBatch) -> None:
+        """Once per run: a text the vocabulary barely covers (another language, another tokenizer) trains a model
+        that predicts <UNK> well, and its low loss looks like success."""
+        self._checked_unknown = True
+        real = batch.targets >= 0
+        share = float((batch.targets[real] == self.vocab.unk).float().mean()) if bool(real.any()) else 0.0
+        if share > UNKNOWN_SHARE_WARNING and self.env.main:
+            warnings.warn(f"{100 * share:.0f}% of the first batch's tokens are not in the vocabulary: was it built "
+                          f"from this text with the same --tokenize?")
+
     def train_step(self) -> dict[str, float]:
         """One batch: returns the loss (mean of both directions) and each direction's sampled loss."""
         batches = [b.next_batch() for b in self.batchers]
         if any(b is None for b in batches):
             raise RuntimeError("the training stream ended")  # streams loop, so this means no text at all
+        if not self._checked_unknown:
+            self._warn_if_mostly_unknown(batches[0])
         module = self.ddp or self.model
         previous_states = self.states
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
