@@ -116,6 +116,9 @@ def cmd_vocab_build(args: argparse.Namespace) -> None:
 
     source = SentenceSource(expand_files(args.files), get_tokenizer(args.tokenize), shuffle=False, loop=False)
     vocab = Vocabulary.build(_sentences(source), min_count=args.min_count, max_size=args.max_size)
+    if len(vocab) <= 3:
+        raise ValueError(f"no words found in {', '.join(args.files)} (with --min-count {args.min_count}): "
+                         f"nothing to write")
     vocab.save(args.output)
     print(f"wrote {len(vocab)} words to {args.output}", file=sys.stderr)
 
@@ -128,9 +131,6 @@ def _sentences(source):
 def cmd_train(args: argparse.Namespace) -> None:
     from dataclasses import fields
 
-    if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        _relaunch_with_torchrun(args.nproc)
-        return
     from elmo.data.vocab import Vocabulary
     from elmo.training.config import TrainConfig
     from elmo.training.trainer import Trainer
@@ -145,6 +145,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     # checked against it: run length and checkpointing may change, the rest must match
     given = ({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {}) | flags
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
+    if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # settings checked above, once
+        _relaunch_with_torchrun(args.nproc)
+        return
     trainer = Trainer(config, args.files, args.out, vocab=vocab,
                       resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet,
                       given=given)
@@ -600,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = lambda msg, *a, **k: print(f"warning: {msg}", file=sys.stderr)
             args.func(args)
+    except BrokenPipeError:  # `elmo show ... | head`: the reader left; nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit has somewhere to go
+        return 0
     except (ConfigError, ValueError, FileNotFoundError, OSError, ImportError) as err:
         print(f"elmo {args.command}: error: {err}", file=sys.stderr)
         return 2

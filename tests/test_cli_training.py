@@ -186,3 +186,17 @@ def test_text_the_vocabulary_barely_covers_is_reported_by_train_and_perplexity(t
     assert main(["perplexity", run, str(train), "--max-sentences", "20", "--quiet"]) == 0
     captured = capsys.readouterr()
     assert float(captured.out.split("unknown ")[1].rstrip("%\n")) > 90 and "flatters" in captured.err
+
+
+def test_small_training_command_mistakes(text_slices, tmp_path, capsys):
+    train, _, _ = text_slices
+    (tmp_path / "corpus").mkdir()
+    assert main(["vocab", "build", str(tmp_path / "corpus"), "-o", str(tmp_path / "v.txt")]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    assert main(["vocab", "build", str(tmp_path / "empty.txt"), "-o", str(tmp_path / "v.txt")]) == 2
+    assert "no words found" in capsys.readouterr().err and not (tmp_path / "v.txt").exists()
+    # --nproc: a bad setting is one line from this process, before any worker starts
+    assert main(["train", str(train), "--vocab", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r"),
+                 "--nproc", "2"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

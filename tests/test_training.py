@@ -137,3 +137,14 @@ def test_a_new_run_refuses_a_directory_that_holds_another_run(text_slices, tmp_p
     resumed = Trainer(micro_train_config(max_steps=4), [train], tmp_path / "r", resume=tmp_path / "r", progress=False)
     resumed.train()
     assert resumed.step == 4
+
+
+def test_checkpoint_files_get_a_plain_files_permissions(text_slices, tmp_path):
+    """safetensors writes owner-only (0600) files; a shared run folder needs them readable like the others."""
+    from elmo.io.atomic import new_file_mode
+
+    train, _, vocab_file = text_slices
+    Trainer(micro_train_config(max_steps=1), [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file),
+            progress=False).train()
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r" / "step-00000001").iterdir()}
+    assert modes and all(mode == new_file_mode() for mode in modes.values()), modes

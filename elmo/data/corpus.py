@@ -48,6 +48,8 @@ def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
         if Path(pattern).is_file():
             files.append(Path(pattern))
             continue
+        if Path(pattern).is_dir():
+            raise CorpusError(f"{pattern}: is a folder; give its files, e.g. '{Path(pattern) / '*.txt'}' (quoted)")
         matched = sorted(glob.glob(str(pattern), recursive=True))
         if not matched:
             raise CorpusError(f"{pattern}: no such file (or the pattern matches nothing)")

@@ -23,14 +23,14 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
-        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else _new_file_mode())
+        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else new_file_mode())
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def _new_file_mode() -> int:
+def new_file_mode() -> int:
     """0o666 minus the process umask (read by setting it and putting it back)."""
     umask = os.umask(0o022)
     os.umask(umask)

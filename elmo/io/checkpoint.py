@@ -28,6 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from elmo.data.vocab import Vocabulary
+from elmo.io.atomic import atomic_path, new_file_mode
 from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
 from elmo.model.bilm import BiLM
 
@@ -81,17 +82,16 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
     tmp.mkdir()
     try:
         save_model(bilm, tmp)
-        save_file({k: v.detach().cpu().contiguous() for k, v in softmax.state_dict().items()},
-                  str(tmp / "softmax.safetensors"))
+        _save_tensors(softmax.state_dict(), tmp / "softmax.safetensors")
         vocab.save(tmp / "vocab.txt")
         _write_json(tmp / "train_config.json", train_config)
         if tokenize := train_config.get("train", {}).get("tokenize"):
             _write_json(tmp / TOKENIZER_FILE, {"tokenize": tokenize})
         if optimizer_state is not None:
             opt_tensors, opt_plain = flatten_optimizer(optimizer_state)
-            save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+            _save_tensors(opt_tensors, tmp / "optimizer.safetensors")
             _write_json(tmp / "optimizer.json", opt_plain)
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / "state.safetensors"))
+        _save_tensors(tensors, tmp / "state.safetensors")
         _write_json(tmp / "trainer.json", {"step": step, **trainer})
         _fsync_dir(tmp)
         if final.exists():  # a rerun reaching the same step: replace it
@@ -161,6 +161,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                       optimizer, tensors, settings["trainer.json"])
 
 
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' writer creates files readable by their owner only; ours get a plain file's mode."""
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
+    os.chmod(path, new_file_mode())
+
+
 def _json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -171,10 +177,8 @@ def _json(path: Path):
 def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary) -> Path:
     """Our model format plus the softmax and vocabulary: enough to embed, score, and continue training."""
     out = save_model(bilm, out_dir)
-    with_atomic = out / "softmax.safetensors"
-    tmp = out / ".softmax.safetensors.tmp"
-    save_file({k: v.detach().cpu().contiguous() for k, v in softmax.state_dict().items()}, str(tmp))
-    os.replace(tmp, with_atomic)
+    with atomic_path(out / "softmax.safetensors") as tmp:
+        _save_tensors(softmax.state_dict(), tmp)
     vocab.save(out / "vocab.txt")
     return out
 
