@@ -387,7 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("perplexity", help="full-softmax perplexity of a trained LM on text")
     p.add_argument("model", help="checkpoint, run directory or exported LM directory")
     p.add_argument("files", nargs="+")
-    p.add_argument("--batch-size", type=_count, default=64)
+    p.add_argument("--batch-size", type=_count, default=64,
+                   help="rows; each reads its sentences as one stream, state carried from sentence to sentence as in "
+                        "training, so the figure moves a little with it (compare runs at the same value)")
     p.add_argument("--max-sentences", type=_count)
     p.add_argument("--tokenize", default=None, help="default: the tokenizer the model was trained with")
     p.add_argument("--device", default="cpu")
