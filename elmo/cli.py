@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="pretrain a biLM on your text (bilm-tf's recipe)")
     p.add_argument("files", nargs="*", help="training text files or globs (plain or .gz), one sentence per line")
-    p.add_argument("--config", default=None, help="preset (tiny, small-cpu, small, medium, original) or TOML/JSON "
+    p.add_argument("--config", default=None, help="preset (tiny, small-cpu, ship-cpu, small, medium, original) or TOML/JSON "
                                                   "(default: tiny; a resumed run keeps its checkpoint's)")
     p.add_argument("--vocab", help="vocabulary file (from `elmo vocab build`)")
     p.add_argument("--out", required=True, help="run directory: checkpoints and metrics.jsonl")
@@ -434,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_task_train(args: argparse.Namespace) -> None:
     from elmo.tasks.commands import train_task
 
-    config = train_task(args.task, args.train, args.dev, args.out, model=args.model or "en", fmt=args.format,
+    model = args.model or ("ko" if args.format == "kmou" else "en")  # KMOU is Korean: the shipped ko model
+    config = train_task(args.task, args.train, args.dev, args.out, model=model, fmt=args.format,
                         input_mode=args.input, epochs=args.epochs, hidden_dim=args.hidden, tokenize=args.tokenize,
                         cache=args.cache, max_items=args.max_items, max_dev=args.max_dev, seed=args.seed,
                         learning_rate=args.lr,
@@ -471,7 +472,7 @@ def _add_task_commands(sub) -> None:
     p.add_argument("task", choices=("ner", "pos", "classify"))
     p.add_argument("--train", required=True)
     p.add_argument("--dev", required=True, help="labelled dev file: the best epoch on it is kept")
-    p.add_argument("--model", help="the biLM: a name (en, ko, ...) or directory (default en)")
+    p.add_argument("--model", help="the biLM: a name (en, ko, ...) or directory (default en; ko for --format kmou)")
     p.add_argument("--out", required=True, help="directory for the task model (task.json + head.safetensors)")
     p.add_argument("--input", default="mix", help="mix (learned scalar mix, default), token (the "
                                                   "context-independent baseline) or a layer number")

@@ -17,9 +17,14 @@ import numpy as np
 from elmo.embed import Embedder
 from elmo.io.text_lines import numbered_lines
 
-# common Korean particles (josa), up to two in a row ("은행에서는"); other Hangul after the word makes another word
-_PARTICLE = "(?:이|가|은|는|을|를|의|에|에서|에게|한테|께|로|으로|와|과|도|만|까지|부터|처럼|보다|이나|나|랑|이랑|하고|이다|이야|야|요)"
-_PARTICLES = re.compile(f"{_PARTICLE}{{1,2}}")
+# common Korean particles (josa) and copula endings, by what the syllable before them must end in: some follow only
+# a vowel (가, 를), some only a consonant (이, 을), the rest either; so 은행가 (banker) is not 은행 + 가
+_AFTER_VOWEL = {"가", "를", "는", "와", "로", "로서", "로써", "로부터", "랑", "야", "여", "나", "예요", "였다", "다"}
+_AFTER_CONSONANT = {"이", "을", "은", "과", "으로", "으로서", "으로써", "으로부터", "이랑", "아", "이여", "이나",
+                    "이다", "이야", "이에요", "이었다"}
+_EITHER = {"의", "에", "에서", "에게", "에게서", "한테", "한테서", "께", "께서", "도", "만", "까지", "부터", "처럼", "보다",
+           "하고", "조차", "마저", "밖에", "요"}
+_RIEUL = 8  # final consonant ㄹ: takes 로 like a vowel (서울로)
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
 
@@ -34,12 +39,31 @@ class Occurrence:
 
 
 def matches(token: str, word: str) -> bool:
-    """``token`` is ``word``, or (Korean) ``word`` followed by one or two particles: 은행에, 은행에서는 — but not
-    은행나무 or 은행원, which are other words."""
+    """``token`` is ``word``, or (Korean) ``word`` followed by one or two particles that fit the syllable before
+    them: 은행에, 은행에서는, 은행이에요 — but not 은행나무, 은행원 or 은행가, which are other words."""
     if token == word:
         return True
     return bool(token.startswith(word) and _HANGUL.fullmatch(word[-1:])
-                and _PARTICLES.fullmatch(token[len(word):]))
+                and _particles_fit(token[len(word):], word[-1], 2))
+
+
+def _particles_fit(rest: str, before: str, most: int) -> bool:
+    """``rest`` is 1..``most`` particles in a row, each fitting the syllable before it."""
+    for end in range(1, len(rest) + 1):
+        particle = rest[:end]
+        if _fits(particle, before) and (end == len(rest) or (most > 1 and _particles_fit(rest[end:], particle[-1],
+                                                                                          most - 1))):
+            return True
+    return False
+
+
+def _fits(particle: str, before: str) -> bool:
+    if particle in _EITHER:
+        return True
+    final = (ord(before) - 0xAC00) % 28 if _HANGUL.fullmatch(before) else 0  # 0: ends in a vowel
+    if particle in _AFTER_VOWEL:
+        return final == 0 or (final == _RIEUL and particle.startswith("로"))
+    return particle in _AFTER_CONSONANT and final != 0 and not (final == _RIEUL and particle.startswith("으로"))
 
 
 def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels: Sequence[str] | None = None,

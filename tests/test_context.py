@@ -16,6 +16,11 @@ def test_korean_particles_match_but_other_words_do_not():
     assert matches("배가", "배") and matches("배를", "배")
     assert not matches("bankrupt", "bank") and not matches("배우", "배") and not matches("은행.", "은행")
     assert not matches("은행나무", "은행") and not matches("은행원", "은행")
+    # a particle must fit the syllable before it: 가 follows a vowel, 이/을 a consonant
+    assert not matches("은행가", "은행") and not matches("가을", "가") and not matches("국가", "국")
+    assert not matches("배을", "배") and not matches("은행를", "은행")
+    assert matches("은행이에요", "은행") and matches("은행조차", "은행") and matches("은행에게서", "은행")
+    assert matches("서울로", "서울") and not matches("서울으로", "서울")
 
 
 def test_pca_finds_the_direction_of_largest_spread():

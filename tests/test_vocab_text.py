@@ -55,3 +55,14 @@ def test_a_vocabulary_file_saved_with_a_byte_order_mark_loads(tmp_path):
     path = tmp_path / "v.txt"
     path.write_text("\ufeff<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
     assert Vocabulary.load(path).words[:4] == ["<S>", "</S>", "<UNK>", "the"]
+
+
+def test_korean_tokenizer_composes_jamo_and_ends_an_emoji_at_its_variation_selector():
+    import unicodedata
+
+    from elmo.text.tokenize import korean_tokenize
+
+    text = "나는 은행에서 돈을 찾았다."
+    assert korean_tokenize(unicodedata.normalize("NFD", text)) == korean_tokenize(text)
+    assert korean_tokenize("❤️사랑해요 ✔️확인") == ["❤️", "사랑해요", "✔️", "확인"]
+    assert english_tokenize("❤️love it") == ["❤️", "love", "it"]

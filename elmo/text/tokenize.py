@@ -51,6 +51,11 @@ def _is_attaching(char: str) -> bool:
             or "\U0001F3FB" <= char <= "\U0001F3FF" or "\U000E0020" <= char <= "\U000E007F")
 
 
+def _is_variation_selector(char: str) -> bool:
+    """U+FE0E/U+FE0F after an emoji (❤️): a mark that ends the emoji; a word after it is another token."""
+    return "\ufe00" <= char <= "\ufe0f" or "\U000E0100" <= char <= "\U000E01EF"
+
+
 def _is_regional(char: str) -> bool:
     return "\U0001F1E6" <= char <= "\U0001F1FF"  # regional indicators: two of them make a flag
 
@@ -76,7 +81,8 @@ def _keep_marks_attached(pattern: re.Pattern, text: str) -> list[str]:
         last = last_token[-1:]
         glued = (_is_attaching(token[0]) or last == _ZWJ
                  or (_is_regional(token[0]) and _opens_a_flag(last_token))
-                 or (unicodedata.category(last or " ").startswith("M") and (token[0].isalnum() or token[0] == "_")))
+                 or (unicodedata.category(last or " ").startswith("M") and not _is_variation_selector(last)
+                     and (token[0].isalnum() or token[0] == "_")))
         if tokens and match.start() == end and glued:
             tokens[-1] += token
         else:
@@ -89,8 +95,9 @@ _KO_TOKEN = re.compile(r"\w+|[^\w\s]+")
 
 
 def korean_tokenize(text: str) -> list[str]:
-    """Eojeol (whitespace words) with runs of punctuation split off: ``"갔다..."`` -> ``갔다 ...``."""
-    return _keep_marks_attached(_KO_TOKEN, text)
+    """Eojeol (whitespace words) with runs of punctuation split off: ``"갔다..."`` -> ``갔다 ...``. Hangul typed as
+    separate jamo (NFD, from macOS file names and some web text) is composed first (NFC), as the training text is."""
+    return _keep_marks_attached(_KO_TOKEN, unicodedata.normalize("NFC", text))
 
 
 def korean_morpheme_tokenizer() -> Tokenizer:

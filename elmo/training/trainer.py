@@ -176,8 +176,9 @@ class Trainer:
         real = batch.targets >= 0
         share = float((batch.targets[real] == self.vocab.unk).float().mean()) if bool(real.any()) else 0.0
         if share > UNKNOWN_SHARE_WARNING and self.env.main:
-            warnings.warn(f"{100 * share:.0f}% of the first batch's tokens are not in the vocabulary: was it built "
-                          f"from this text with the same --tokenize?")
+            warnings.warn(f"{100 * share:.0f}% of the first batch's tokens are not in the vocabulary (they train as "
+                          f"<UNK>): expected with a large-vocabulary language (Korean eojeol: about 20 %); otherwise "
+                          f"check that the vocabulary was built from this text with the same --tokenize")
 
     def train_step(self) -> dict[str, float]:
         """One batch: returns the loss (mean of both directions) and each direction's sampled loss."""
