@@ -200,3 +200,25 @@ def test_small_training_command_mistakes(text_slices, tmp_path, capsys):
     assert main(["train", str(train), "--vocab", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r"),
                  "--nproc", "2"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_run_folders_official_pairs_and_wrong_kinds_of_path(text_slices, tmp_path, capsys):
+    train, _, _ = text_slices
+    assert main(["vocab", "build", str(train), "-o", str(tmp_path / "vocab.txt"), "--min-count", "2"]) == 0
+    run = tmp_path / "run"
+    assert main(["train", str(train), "--config", _micro_toml(tmp_path / "micro.toml"), "--vocab",
+                 str(tmp_path / "vocab.txt"), "--out", str(run), "--max-steps", "2", "--quiet"]) == 0
+    assert main(["show", "the film", "--model", str(run)]) == 0  # a run folder: its newest checkpoint
+    assert main(["export", str(run), str(tmp_path / "exp")]) == 0
+    official = tmp_path / "official"
+    official.mkdir()
+    for name in ("options.json", "weights.hdf5"):
+        (official / name).write_bytes((tmp_path / "exp" / name).read_bytes())
+    capsys.readouterr()
+    assert main(["perplexity", str(official), str(train)]) == 2
+    assert "hold no softmax" in capsys.readouterr().err
+    assert main(["baselines", str(run), "--train", str(train), "--eval", str(train)]) == 2
+    assert "is a folder; give the vocabulary file" in capsys.readouterr().err
+    (tmp_path / "file.json").write_text("{}", encoding="utf-8")
+    assert main(["export", str(run), str(tmp_path / "file.json")]) == 2
+    assert "give a folder" in capsys.readouterr().err

@@ -46,6 +46,8 @@ class Vocabulary:
     def load(cls, path: str | Path) -> "Vocabulary":
         """Read one word per line; a repeated word is an error naming both lines."""
         path = Path(path)
+        if path.is_dir():
+            raise VocabError(f"{path}: is a folder; give the vocabulary file (e.g. {path / 'vocab.txt'})")
         try:
             text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as err:

@@ -189,6 +189,9 @@ def load_language_model(path: str | Path):
 
     root = Path(path)
     if not (root / "softmax.safetensors").is_file():
+        if (root / "options.json").is_file() and not list_checkpoints(root):
+            raise ModelFileError(f"{root}: official options.json + .hdf5 hold no softmax, so the LM cannot be scored; "
+                                 f"give a training checkpoint, a run folder or an `elmo export` folder")
         root = resolve_checkpoint(root)
     bilm = load_model(root)
     vocab = Vocabulary.load(root / "vocab.txt")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from elmo.io.checkpoint import list_checkpoints
 from elmo.io.native import is_model_dir, load_model
 from elmo.io.official import WeightFileError, load_official
 from elmo.model.bilm import BiLM
@@ -29,6 +30,8 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
     root = Path(model)
     if is_model_dir(root):
         return load_model(root, stateful=stateful)
+    if root.is_dir() and (found := list_checkpoints(root)) and is_model_dir(found[-1]):
+        return load_model(found[-1], stateful=stateful)  # a training run folder: its newest checkpoint
     if root.is_dir() and (root / "options.json").is_file():
         candidates = sorted(root.glob("*.hdf5"))
         if len(candidates) != 1:

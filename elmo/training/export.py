@@ -19,8 +19,10 @@ from elmo.model.bilm import BiLM
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     """Write into ``out_dir``: options.json + weights.hdf5 (official, for AllenNLP / bilm-tf / ``--options``)
     and config.json + model.safetensors + softmax.safetensors + vocab.txt (ours, to embed, score or train on)."""
-    bilm, softmax, vocab = load_language_model(checkpoint)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out}: is a file; export writes several files, give a folder")
+    bilm, softmax, vocab = load_language_model(checkpoint)
     export_official(bilm, out)
     save_language_model(out, bilm, softmax, vocab)
     if tokenize := recorded_tokenizer(checkpoint):  # so embed / show / perplexity split raw text the same way
