@@ -151,7 +151,8 @@ class Trainer:
         if trainer.get("world", 1) != self.env.world:
             raise ValueError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
                              f"the same number (got {self.env.world})")
-        if trainer.get("files", self.files) != self.files:
+        saved = trainer.get("files", self.files)
+        if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in self.files]:  # ./a.txt = /x/a.txt
             raise ValueError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
                              f"with the same training files (use --init-from to continue on new text)")
         if checkpoint.optimizer is not None:
