@@ -111,12 +111,12 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 def cmd_vocab_build(args: argparse.Namespace) -> None:
     from elmo.data.corpus import SentenceSource, expand_files
-    from elmo.data.vocab import Vocabulary
+    from elmo.data.vocab import SPECIALS, Vocabulary
     from elmo.text.tokenize import get_tokenizer
 
     source = SentenceSource(expand_files(args.files), get_tokenizer(args.tokenize), shuffle=False, loop=False)
     vocab = Vocabulary.build(_sentences(source), min_count=args.min_count, max_size=args.max_size)
-    if len(vocab) <= 3:
+    if len(vocab) <= len(SPECIALS):
         raise ValueError(f"no words found in {', '.join(args.files)} (with --min-count {args.min_count}): "
                          f"nothing to write")
     vocab.save(args.output)

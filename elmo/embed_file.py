@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from elmo.embed import length_batches, run_batch
 from elmo.io.atomic import atomic_path
-from elmo.io.text_lines import TextLineError, count_lines, numbered_lines
+from elmo.io.text_lines import NotUtf8Error, TextLineError, count_lines, numbered_lines
 from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
 
@@ -50,10 +50,10 @@ def read_lines(path: str | Path, errors: str = "strict",
         for number, text in numbered_lines(path, errors):
             text = text.strip()
             yield Line(number - 1, text, split(text))
+    except NotUtf8Error as err:  # the one fault a flag can get past
+        raise InputFileError(f"{path}, line {err.line}: invalid UTF-8 at byte {err.byte} "
+                             f"(use --errors replace to substitute U+FFFD)") from None
     except TextLineError as err:
-        if err.problem.startswith("not valid UTF-8"):  # the one fault a flag can get past
-            raise InputFileError(f"{path}, line {err.line}: invalid UTF-8{err.problem.removeprefix('not valid UTF-8')} "
-                                 f"(use --errors replace to substitute U+FFFD)") from None
         raise InputFileError(str(err)) from None
 
 

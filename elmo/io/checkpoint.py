@@ -85,8 +85,7 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         _save_tensors(softmax.state_dict(), tmp / "softmax.safetensors")
         vocab.save(tmp / "vocab.txt")
         _write_json(tmp / "train_config.json", train_config)
-        if tokenize := train_config.get("train", {}).get("tokenize"):
-            _write_json(tmp / TOKENIZER_FILE, {"tokenize": tokenize})
+        write_tokenizer_record(tmp, train_config.get("train", {}).get("tokenize"))
         if optimizer_state is not None:
             opt_tensors, opt_plain = flatten_optimizer(optimizer_state)
             _save_tensors(opt_tensors, tmp / "optimizer.safetensors")
@@ -113,6 +112,13 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
         return []
     return sorted(p for p in run.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
                   and (p / "trainer.json").is_file())
+
+
+def write_tokenizer_record(folder: Path, tokenize: str | None) -> None:
+    """Record how the model's training text was split (nothing for whitespace-split text, the default)."""
+    if tokenize:
+        with atomic_path(folder / TOKENIZER_FILE) as tmp:
+            _write_json(tmp, {"tokenize": tokenize})
 
 
 def recorded_tokenizer(path: str | Path) -> str | None:
@@ -153,7 +159,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         optimizer = None
         if (root / "optimizer.safetensors").is_file():
             optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")),
-                                            json.loads((root / "optimizer.json").read_text()))
+                                            _json(root / "optimizer.json"))
         settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root}: damaged checkpoint ({err})") from None

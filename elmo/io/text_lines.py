@@ -25,6 +25,15 @@ class TextLineError(ValueError):
         self.path, self.line, self.problem, self.hint = str(path), line, problem, hint
 
 
+class NotUtf8Error(TextLineError):
+    """The line's bytes are not UTF-8 (``byte``: where in the line); ``errors="replace"`` would get past it."""
+
+    def __init__(self, path: str | Path, line: int, byte: int) -> None:
+        super().__init__(path, line, f"not valid UTF-8 (byte {byte} of the line)",
+                         "save the file as UTF-8, or fix or drop the line")
+        self.byte = byte
+
+
 def is_gzip(path: str | Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
@@ -60,8 +69,7 @@ class Utf8Lines:
         try:
             return raw.decode("utf-8-sig" if self.number == 1 else "utf-8", errors=self.errors)
         except UnicodeDecodeError as err:
-            raise TextLineError(self.path, self.number, f"not valid UTF-8 (byte {err.start} of the line)",
-                                "save the file as UTF-8, or fix or drop the line") from None
+            raise NotUtf8Error(self.path, self.number, err.start) from None
 
     def close(self) -> None:
         self._file.close()

@@ -67,8 +67,9 @@ class CharEncoder(nn.Module):
         """Distinct tokens (U, W) -> (U, P): cached or remembered words looked up, the others through the CNN."""
         if torch.is_grad_enabled():
             return self(unique)
-        memo = self._memo()
-        if self.token_cache is not None and self.token_cache.weights_key not in (None, self._weights_key()):
+        weights = self.weights_key()
+        memo = self._memo(weights)
+        if self.token_cache is not None and self.token_cache.weights_key not in (None, weights):
             warnings.warn("the token cache was computed with weights that have changed since (training?): dropped, "
                           "the character CNN is used instead; call bilm.cache_tokens(words) again to rebuild it")
             self.token_cache = None
@@ -88,20 +89,19 @@ class CharEncoder(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):
         """``.to()``, ``.half()`` ...: moved or cast weights are the same weights; a fresh token cache stays valid."""
-        fresh = self.token_cache is not None and self.token_cache.weights_key == self._weights_key()
+        fresh = self.token_cache is not None and self.token_cache.weights_key == self.weights_key()
         module = super()._apply(fn, *args, **kwargs)
         if fresh:
-            self.token_cache.weights_key = self._weights_key()
+            self.token_cache.weights_key = self.weights_key()
         return module
 
-    def _weights_key(self) -> tuple:
+    def weights_key(self) -> tuple:
         """Changes whenever a parameter is replaced or updated in place (an optimiser step, a load_state_dict)."""
         return tuple((p.data_ptr(), p._version) for p in self.parameters())
 
-    def _memo(self) -> TokenMemo:
-        """The memo for the current weights and matmul precision (one per precision, so switching back and forth
-        gives the same numbers as before)."""
-        key = self._weights_key()
+    def _memo(self, key: tuple) -> TokenMemo:
+        """The memo for the weights ``key`` (``weights_key()``) and matmul precision (one per precision, so switching
+        back and forth gives the same numbers as before)."""
         if self._memo_weights != key:  # new weights: forget what was computed with the old ones
             self._memos, self._memo_weights = {}, key
         if self.matmul_dtype not in self._memos:

@@ -107,5 +107,5 @@ def build_token_cache(encoder, words: Sequence[str], batch_size: int = 1024) -> 
         vectors = torch.cat([encoder(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]) \
             if len(rows) else torch.zeros(0, encoder.output_dim, device=device)
     cache = TokenCache(rows, vectors.clone())
-    cache.weights_key = encoder._weights_key()
+    cache.weights_key = encoder.weights_key()
     return cache

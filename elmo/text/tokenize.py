@@ -111,6 +111,9 @@ def korean_morpheme_tokenizer() -> Tokenizer:
     return lambda text: [token.form for token in kiwi.tokenize(text)]
 
 
+TOKENIZER_NAMES = ("whitespace", "en", "ko", "ko-morph")  # what --tokenize and get_tokenizer take
+
+
 def get_tokenizer(name: str | None) -> Tokenizer:
     """``None``/"whitespace": pre-tokenised text; "en": English; "ko": eojeol, punctuation split off; "ko-morph": kiwipiepy morphemes."""
     if name in (None, "whitespace", "none"):
@@ -121,4 +124,4 @@ def get_tokenizer(name: str | None) -> Tokenizer:
         return korean_tokenize
     if name == "ko-morph":
         return korean_morpheme_tokenizer()
-    raise ValueError(f"unknown tokenizer {name!r}: choose whitespace, en, ko or ko-morph")
+    raise ValueError(f"unknown tokenizer {name!r}: choose {', '.join(TOKENIZER_NAMES)}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from elmo.config import ConfigError, ElmoConfig
+from elmo.text.tokenize import TOKENIZER_NAMES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,8 +72,8 @@ class TrainConfig:
             if value < low or (strict and value == low):
                 bound = f"greater than {low}" if strict else f"at least {low}"
                 raise ConfigError(f"{source}: training key {key!r} must be {bound}, got {value!r}")
-        if self.tokenize not in (None, "whitespace", "en", "ko", "ko-morph"):
-            raise ConfigError(f"{source}: tokenize must be whitespace, en, ko or ko-morph, got {self.tokenize!r}")
+        if self.tokenize is not None and self.tokenize not in TOKENIZER_NAMES:
+            raise ConfigError(f"{source}: tokenize must be one of {', '.join(TOKENIZER_NAMES)}, got {self.tokenize!r}")
         if self.optimizer not in ("adagrad", "adam"):
             raise ConfigError(f"{source}: optimizer must be 'adagrad' or 'adam', got {self.optimizer!r}")
         if not 0 <= self.dropout < 1:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import h5py
@@ -11,7 +10,8 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import Vocabulary
 from elmo.io.atomic import atomic_path
-from elmo.io.checkpoint import TOKENIZER_FILE, load_language_model, recorded_tokenizer, save_language_model
+from elmo.io.checkpoint import (load_language_model, recorded_tokenizer, save_language_model,
+                                 write_tokenizer_record)
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
 
@@ -25,9 +25,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     bilm, softmax, vocab = load_language_model(checkpoint)
     export_official(bilm, out)
     save_language_model(out, bilm, softmax, vocab)
-    if tokenize := recorded_tokenizer(checkpoint):  # so embed / show / perplexity split raw text the same way
-        with atomic_path(out / TOKENIZER_FILE) as tmp:
-            tmp.write_text(json.dumps({"tokenize": tokenize}) + "\n", encoding="utf-8")
+    write_tokenizer_record(out, recorded_tokenizer(checkpoint))  # so embed / show / perplexity split text alike
     return out
 
 

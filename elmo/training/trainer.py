@@ -60,8 +60,8 @@ def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
     existing = list_checkpoints(out_dir)
     if not existing:
         return
-    if resume is not None and resolve_checkpoint(resume).resolve().parent == out_dir.resolve():
-        chosen = resolve_checkpoint(resume).resolve()
+    chosen = resolve_checkpoint(resume).resolve() if resume is not None else None
+    if chosen is not None and chosen.parent == out_dir.resolve():
         if chosen != existing[-1].resolve():  # going back: "newest" would soon mean the abandoned branch
             raise ValueError(f"{out_dir} has checkpoints newer than {chosen.name} (up to {existing[-1].name}): "
                              f"resume into a new folder (--out NEW --resume {chosen}), or move the newer ones away")
@@ -85,11 +85,11 @@ class Trainer:
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         self._checked_unknown = False
-        _check_out_dir_is_free(self.out_dir, resume)
-        checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
         if resume and init_from:
             raise ValueError("give --resume (continue a run exactly) or --init-from (start a new run from its "
                              "weights), not both")
+        _check_out_dir_is_free(self.out_dir, resume)
+        checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
         if resume and checkpoint.optimizer is None:
             raise ValueError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
                              f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
@@ -240,10 +240,9 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         bar = tqdm(total=cfg.max_steps, initial=self.step, unit="batch", disable=not self.progress, desc="train")
         window_tokens, window_start = 0, time.monotonic()
-        while cfg.max_steps is None or self.step < cfg.max_steps:
-            if self._time_is_up(start):
-                break
-            metrics = self._mean_over_ranks(self.train_step())
+        _, stop = self._sync(start)
+        while (cfg.max_steps is None or self.step < cfg.max_steps) and not stop:
+            metrics, stop = self._sync(start, self.train_step())
             history.append(metrics)
             window_tokens += cfg.batch_size * cfg.unroll_steps * self.env.world
             self.elapsed = elapsed_before + time.monotonic() - start
@@ -265,26 +264,19 @@ class Trainer:
             self.save()
         return history
 
-    def _time_is_up(self, start: float) -> bool:
-        """--max-minutes reached; with several processes, reached by any of them, so all stop after the same step
-        (a process that stopped alone would wait forever for the others' checkpoint state, and they for its step)."""
-        if self.config.max_minutes is None:
-            return False
-        up = (time.monotonic() - start) / 60 >= self.config.max_minutes
-        if self.env.world > 1:
-            flag = torch.tensor([float(up)], device=self.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            up = bool(flag.item())
-        return up
-
-    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
-        """The losses of the whole global batch (each process computes its own rows' share)."""
+    def _sync(self, start: float, metrics: dict[str, float] | None = None) -> tuple[dict[str, float] | None, bool]:
+        """Whether --max-minutes is reached, and the step's losses over the whole global batch (each process
+        computes its own rows' share). With several processes one all-reduce settles both: a process that stopped
+        alone would wait forever for the others' checkpoint state, and they for its step."""
+        up = self.config.max_minutes is not None and (time.monotonic() - start) / 60 >= self.config.max_minutes
         if self.env.world == 1:
-            return metrics
-        names = [k for k in ("loss", "forward", "backward") if k in metrics]
-        values = torch.tensor([metrics[k] for k in names], dtype=torch.float64, device=self.device)
+            return metrics, up
+        names = [k for k in ("loss", "forward", "backward") if metrics and k in metrics]
+        values = torch.tensor([*(metrics[k] for k in names), float(up)], dtype=torch.float64, device=self.device)
         dist.all_reduce(values)
-        return metrics | {k: float(v) / self.env.world for k, v in zip(names, values)}
+        if metrics is not None:
+            metrics = metrics | {k: float(v) / self.env.world for k, v in zip(names, values)}
+        return metrics, bool(values[-1] > 0)
 
     def save(self) -> Path | None:
         """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
