@@ -166,11 +166,16 @@ def test_conllu_wrong_field_count_names_file_and_line(tmp_path):
 # ---- SST ---------------------------------------------------------------------------------------------------------
 def test_sst_trees_root_label_and_leaves(tmp_path):
     text = ("(3 (2 It) (4 (4 (2 's) (3 good)) (2 .)))\n"
-            "(1 (2 -LRB-) (1 (2 8\u00a01\\/2) (2 bad)) (2 -RRB-))\n")
+            "(1 (2 -LRB-) (1 (2 8\u00a01\\/2) (2 bad)) (2 -RRB-))\n"
+            "(2 (2 ``) (2 (2 A\\/B) (2 `) (2 x) (2 ') (2 -LSB-) (2 \\*) (2 -RSB-)) (2 ''))\n")
     assert read_sst_trees(write(tmp_path / "t.txt", text)) == [
         LabelledText("It 's good .", "3"),
-        LabelledText("( 8\u00a01\\/2 bad )", "1"),
+        LabelledText("( 8\u00a01/2 bad )", "1"),
+        LabelledText('" A/B \' x \' [ * ] "', "2"),
     ]
+    stsa = "1 -lrb- 8\u00a01\\/2 bad -rrb-\n2 `` a\\/b ` x ' -lsb- \\* -rsb- ''\n"
+    assert [item.text for item in read_stsa(write(tmp_path / "s.txt", stsa))] == ["( 8\u00a01/2 bad )",
+                                                                              '" a/b \' x \' [ * ] "']
 
 
 @pytest.mark.parametrize("tree", [
@@ -189,7 +194,7 @@ def test_sst_malformed_tree_names_file_and_line(tmp_path, tree):
 
 def test_stsa_label_space_text(tmp_path):
     path = write(tmp_path / "stsa.fine.dev", "2 in his first stab .\n0 -lrb- bad -rrb- .\n")
-    assert read_stsa(path) == [LabelledText("in his first stab .", "2"), LabelledText("-lrb- bad -rrb- .", "0")]
+    assert read_stsa(path) == [LabelledText("in his first stab .", "2"), LabelledText("( bad ) .", "0")]
     bad = write(tmp_path / "bad", "1 ok .\nnolabel\n")
     with pytest.raises(DataFormatError) as excinfo:
         read_stsa(bad)
@@ -396,8 +401,9 @@ def test_real_sst_dev_trees_match_stsa_fine():
     stsa = read_stsa(real("en/sst/stsa.fine.dev.gz"))
     assert len(trees) == len(stsa) == 1101
     assert {item.label for item in trees} == set("01234")
-    # the stsa file holds the same sentences, lower-cased with -lrb-/-rrb- (in another order)
-    as_stsa = Counter((t.text.replace("(", "-LRB-").replace(")", "-RRB-").lower(), t.label) for t in trees)
+    # the stsa file holds the same sentences, lower-cased (in another order); both readers undo the PTB escapes
+    as_stsa = Counter((t.text.lower(), t.label) for t in trees)
+    assert not any(escape in t.text for t in trees for escape in ("-LRB-", "``", "''", "\\/"))
     assert as_stsa == Counter((s.text, s.label) for s in stsa)
 
 

@@ -49,6 +49,40 @@ def test_crf_likelihood_and_viterbi_match_brute_force():
         assert crf.decode(emissions[b : b + 1], mask[b : b + 1])[0] == list(candidates[int(scores.argmax())])
 
 
+
+def _valid_bio(tags: list[str]) -> bool:
+    previous = "O"
+    for tag in tags:
+        if tag.startswith("I-") and previous[2:] != tag[2:]:
+            return False
+        previous = tag
+    return True
+
+
+def test_constrained_viterbi_is_the_best_valid_bio_sequence():
+    """With labels, decoding never puts I-X after O or after another type, nor first; it is the brute-force best
+    of the sequences that obey BIO (and differs from the unconstrained best on these random scores)."""
+    torch.manual_seed(1)
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    crf = CRF(5, labels)
+    for p in crf.parameters():
+        torch.nn.init.normal_(p, std=2.0)
+    emissions = torch.randn(6, 4, 5) * 2  # (B, T, K)
+    mask = torch.ones(6, 4, dtype=torch.bool)
+    free = CRF(5)
+    free.load_state_dict(crf.state_dict())  # the constraints are not part of the saved weights
+    changed = 0
+    for b in range(6):
+        def total(tags):
+            s = crf.start[tags[0]] + crf.end[tags[-1]] + sum(emissions[b, t, k] for t, k in enumerate(tags))
+            return s + sum(crf.transitions[a, c] for a, c in zip(tags, tags[1:]))
+        valid = [p for p in itertools.product(range(5), repeat=4) if _valid_bio([labels[k] for k in p])]
+        best = valid[int(torch.stack([total(p) for p in valid]).argmax())]
+        assert crf.decode(emissions[b : b + 1], mask[b : b + 1])[0] == list(best)
+        changed += free.decode(emissions[b : b + 1], mask[b : b + 1])[0] != list(best)
+    assert changed > 0
+    assert CRF(3, ["A", "B", "I-"]).allowed.all()  # tags not in BIO form are left free
+
 def test_layer_input_modes():
     features = torch.randn(2, 5, 3, 8)  # (B, T, L+1, D)
     assert torch.equal(LayerInput(3, "token")(features), features[:, :, 0])
@@ -205,3 +239,18 @@ def test_eval_counts_labels_unseen_in_training_as_errors(model_dir, tmp_path, ca
     with pytest.warns(UserWarning, match="never saw"):
         _, f1 = evaluate_task(out, unseen, cache=tmp_path / "c", progress=False)
     assert f1 <= 2 / 3 + 1e-9  # the ORG span can never be found: recall is at most 1/2
+
+
+def test_wsd_probe_breaks_near_ties_by_wordnet_order():
+    """Two senses with the same vector up to float rounding (seen with one word form only, at layer 0): the sense
+    WordNet lists first wins, whichever vector rounding made a hair larger; a clear winner still wins."""
+    from elmo.tasks.probes import _accuracy
+
+    v = np.array([0.6, 0.8])
+    turned = np.array([0.6 + 1e-4 * 0.8, 0.8 - 1e-4 * 0.6])  # cosine with v: 1 - 5e-9
+    senses = {"first%1": turned, "second%1": v, "other%1": np.array([1.0, 0.0])}
+    instance = (None, 0, "id", ["first%1"], v)
+    read = lambda s, t, vectors: vectors  # noqa: E731
+    assert _accuracy([instance], lambda s, t: ["first%1", "second%1"], senses, read) == 1.0
+    assert _accuracy([instance], lambda s, t: ["other%1", "first%1"], senses, read) == 1.0
+    assert _accuracy([instance], lambda s, t: ["second%1", "first%1"], senses, read) == 0.0

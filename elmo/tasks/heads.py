@@ -48,14 +48,38 @@ class BiLSTMEncoder(nn.Module):
         return self.dropout(out)
 
 
-class CRF(nn.Module):
-    """A linear-chain CRF: transition scores between tags, start and end scores; NLL and Viterbi decoding."""
+def bio_constraints(labels: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which transitions (K, K) [from, to] and which first tags (K,) a BIO tag sequence allows.
 
-    def __init__(self, n_tags: int) -> None:
+    ``I-X`` may only follow ``B-X`` or ``I-X`` and may not start a sentence; tags not in BIO form are unconstrained.
+    """
+    n = len(labels)
+    allowed, start = torch.ones(n, n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)
+    for j, to in enumerate(labels):
+        if to.startswith("I-") and len(to) > 2:
+            start[j] = False
+            allowed[:, j] = torch.tensor([tag in ("B-" + to[2:], to) for tag in labels])
+    return allowed, start
+
+
+class CRF(nn.Module):
+    """A linear-chain CRF: transition scores between tags, start and end scores; NLL and Viterbi decoding.
+
+    ``labels`` (optional) turns on BIO constraints for decoding (as AllenNLP's ``constrain_crf_decoding``): Viterbi
+    never returns an ``I-X`` after ``O`` or another type. Training is unconstrained: gold sequences never use a
+    forbidden transition, so the likelihood is the same model either way.
+    """
+
+    def __init__(self, n_tags: int, labels: list[str] | None = None) -> None:
         super().__init__()
         self.transitions = nn.Parameter(torch.zeros(n_tags, n_tags))  # [from, to]
         self.start = nn.Parameter(torch.zeros(n_tags))
         self.end = nn.Parameter(torch.zeros(n_tags))
+        if labels is not None and len(labels) != n_tags:
+            raise ValueError(f"{len(labels)} labels for {n_tags} tags")
+        allowed, first = bio_constraints(labels) if labels is not None else (None, None)
+        self.register_buffer("allowed", allowed, persistent=False)  # (K, K) bool or None; not saved: from labels
+        self.register_buffer("allowed_start", first, persistent=False)  # (K,) bool or None
 
     def nll(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Mean negative log-likelihood of ``tags`` (B, T) under emissions (B, T, K); mask (B, T), left-aligned."""
@@ -77,10 +101,14 @@ class CRF(nn.Module):
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         """The best tag sequence of each row (Viterbi), trimmed to its length."""
-        score = self.start + emissions[:, 0]  # (B, K)
+        transitions, start = self.transitions, self.start
+        if self.allowed is not None:
+            transitions = transitions.masked_fill(~self.allowed, float("-inf"))  # (K, K)
+            start = start.masked_fill(~self.allowed_start, float("-inf"))  # (K,)
+        score = start + emissions[:, 0]  # (B, K)
         history = []
         for t in range(1, emissions.shape[1]):
-            best, arg = (score.unsqueeze(2) + self.transitions).max(dim=1)  # (B, K) each
+            best, arg = (score.unsqueeze(2) + transitions).max(dim=1)  # (B, K) each
             history.append(arg)
             score = torch.where(mask[:, t : t + 1], best + emissions[:, t], score)
         score = score + self.end
@@ -99,12 +127,12 @@ class SequenceTagger(nn.Module):
     """Features -> layer input -> BiLSTM -> per-token tag scores, decoded by a CRF (NER) or argmax (POS)."""
 
     def __init__(self, n_layers: int, dim: int, n_tags: int, input_mode: str = "mix", hidden_dim: int = 128,
-                 dropout: float = 0.5, use_crf: bool = True) -> None:
+                 dropout: float = 0.5, use_crf: bool = True, labels: list[str] | None = None) -> None:
         super().__init__()
         self.input = LayerInput(n_layers, input_mode)
         self.encoder = BiLSTMEncoder(dim, hidden_dim, dropout)
         self.scores = nn.Linear(2 * hidden_dim, n_tags)
-        self.crf = CRF(n_tags) if use_crf else None
+        self.crf = CRF(n_tags, labels) if use_crf else None
 
     def emissions(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         return self.scores(self.encoder(self.input(features), lengths))  # (B, T, K)

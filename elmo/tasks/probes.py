@@ -25,6 +25,7 @@ from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features
 
 WINDOW = 5  # words on each side for the static WSD context vector
+TIE = 1e-6  # cosine scores this close to the best are a tie (float rounding of identical sense vectors)
 
 
 # ---- static baseline --------------------------------------------------------------------------------------------
@@ -174,14 +175,17 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
 
 
 def _accuracy(instances, candidates, sense_vectors: dict[str, np.ndarray], read) -> float:
+    """Share of instances whose nearest known sense vector is a gold sense; scores within TIE of the best count as
+    a tie, won by the sense WordNet lists first. (Senses seen only with one word form have the same vector at the
+    context-free layer 0; without the tolerance their order came down to float rounding, 34.51 vs 35.16.)"""
     correct = 0
     for sentence, token, _, keys, vectors in instances:
         senses = candidates(sentence, token)
         known = [k for k in senses if k in sense_vectors]
         if known:
             query = _normalise(read(sentence, token, vectors))
-            scores = [float(np.dot(query, _normalise(sense_vectors[k]))) for k in known]
-            guess = known[int(np.argmax(scores))]
+            scores = np.array([float(np.dot(query, _normalise(sense_vectors[k]))) for k in known])
+            guess = known[int(np.flatnonzero(scores >= scores.max() - TIE)[0])]
         else:
             guess = senses[0] if senses else None
         correct += guess in keys

@@ -212,15 +212,18 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
 
 # ---- SST ---------------------------------------------------------------------------------------------------------
 _TREE_TOKEN = re.compile(r"\(|\)|[^() ]+")
-_PTB_LEAF_ESCAPES = {"-LRB-": "(", "-RRB-": ")"}
+_PTB_LEAF_ESCAPES = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}",
+                     "``": '"', "''": '"', "`": "'"}
 _SST_LABELS = frozenset("01234")
 
 
 def read_sst_trees(path: str | Path) -> list[LabelledText]:
     """SST PTB-style trees, one per line: label = the root's label (``"0"``..``"4"``), text = the leaves joined by spaces.
 
-    Leaves are as in the tree except ``-LRB-``/``-RRB-``, which become ``(``/``)``; other PTB escapes (``\\/``,
-    ``\\*``) are kept. Only spaces separate tree tokens, so a leaf with a no-break space (``8\\xa01\\/2``) stays whole.
+    Leaves are written back as plain text, the way the biLM saw text in training: the PTB escapes become the
+    characters they stand for (-LRB- -> "(", the opening and closing double quotes (two backquotes, two apostrophes)
+    -> '"', one backquote -> "'", backslash-slash -> "/", backslash-star -> "*"). Only spaces separate tree tokens,
+    so a leaf with a no-break space (8\xa01\\/2) stays one leaf (8\xa01/2).
     """
     items: list[LabelledText] = []
     for number, line in _iter_lines(path):
@@ -258,7 +261,7 @@ def _parse_tree(line: str, path: str | Path, number: int) -> tuple[str, list[str
         elif depth == 0:
             raise fail(f"text {token!r} outside the tree")
         else:
-            leaves.append(_PTB_LEAF_ESCAPES.get(token, token))
+            leaves.append(_unescape_ptb_leaf(token))
     if depth > 0:
         raise fail(f"unbalanced parentheses: {depth} '(' never closed")
     if root_label not in _SST_LABELS:
@@ -268,10 +271,17 @@ def _parse_tree(line: str, path: str | Path, number: int) -> tuple[str, list[str
     return root_label, leaves
 
 
+def _unescape_ptb_leaf(leaf: str) -> str:
+    """One PTB token as plain text (bracket names in either case: the stsa files are lower-cased)."""
+    return (_PTB_LEAF_ESCAPES.get(leaf.upper() if leaf.startswith("-") else leaf)
+            or leaf.replace("\\/", "/").replace("\\*", "*"))
+
+
 def read_stsa(path: str | Path) -> list[LabelledText]:
     """The ``stsa.fine.*`` / ``stsa.binary.*`` sentence files: ``label<space>sentence`` per line, no header.
 
-    The sentences are lower-cased and tokenised as in the file (``-lrb-``/``-rrb-`` kept as written).
+    The sentences are lower-cased and tokenised as in the file; PTB escapes become plain text as in
+    ``read_sst_trees`` (-lrb- -> "(", two backquotes -> '"', ...), so both readers give the same text.
     """
     items: list[LabelledText] = []
     for number, line in _iter_lines(path):
@@ -281,7 +291,7 @@ def read_stsa(path: str | Path) -> list[LabelledText]:
         if not label.isdigit() or not text.strip():
             raise DataFormatError(path, number, f"expected 'label sentence', found {line[:60]!r}",
                                   "each line must be a numeric label, one space, then the sentence")
-        items.append(LabelledText(text, label))
+        items.append(LabelledText(" ".join(_unescape_ptb_leaf(t) for t in text.split(" ")), label))
     return items
 
 

@@ -74,7 +74,7 @@ def build_head(config: TaskConfig) -> torch.nn.Module:
         return TextClassifier(config.n_layers, config.dim, len(config.labels), config.input, config.hidden_dim,
                               config.dropout)
     return SequenceTagger(config.n_layers, config.dim, len(config.labels), config.input, config.hidden_dim,
-                          config.dropout, use_crf=config.use_crf and config.task == "ner")
+                          config.dropout, use_crf=config.use_crf and config.task == "ner", labels=config.labels)
 
 
 def collate(cache: FeatureCache, indices: Sequence[int], targets: Sequence | None = None):
