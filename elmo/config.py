@@ -127,7 +127,9 @@ class ElmoConfig:
         lstm_config = LSTMConfig(
             dim=_get(lstm, "dim", int, source, "lstm.", positive=True),
             projection_dim=_get(lstm, "projection_dim", int, source, "lstm.", positive=True),
-            n_layers=_get(lstm, "n_layers", int, source, "lstm.", positive=True),
+            # bilm-tf reads options['lstm'].get('n_layers', 1); our own configs must say it
+            n_layers=_get(lstm, "n_layers", int, source, "lstm.", positive=True,
+                          **({} if strict else {"default": 1})),
             cell_clip=_clip(lstm, "cell_clip", source),
             proj_clip=_clip(lstm, "proj_clip", source),
             use_skip_connections=_get(lstm, "use_skip_connections", bool, source, "lstm.", default=False),

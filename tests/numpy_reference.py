@@ -56,9 +56,9 @@ def reference_layers(options_path, weights_path, tokens: list[str]) -> np.ndarra
 
     def run(direction: int, inputs: np.ndarray) -> list[np.ndarray]:
         outputs, x = [], inputs
-        for l in range(lstm["n_layers"]):
+        for l in range(lstm.get("n_layers", 1)):  # bilm-tf's default
             prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
-            kernel, bias, proj = w[f"{prefix}/W_0"], w[f"{prefix}/B"], w[f"{prefix}/W_P_0"]
+            kernel, bias, proj = w[f"{prefix}/W_0"], w[f"{prefix}/B"], w.get(f"{prefix}/W_P_0")
             c, r = np.zeros(lstm["dim"]), np.zeros(lstm["projection_dim"])
             out = []
             for x_t in x:
@@ -67,8 +67,10 @@ def reference_layers(options_path, weights_path, tokens: list[str]) -> np.ndarra
                 c = _sigmoid(zf + 1.0) * c + _sigmoid(zi) * np.tanh(zj)
                 if lstm.get("cell_clip"):
                     c = np.clip(c, -lstm["cell_clip"], lstm["cell_clip"])
-                r = (_sigmoid(zo) * np.tanh(c)) @ proj
-                if lstm.get("proj_clip"):
+                r = _sigmoid(zo) * np.tanh(c)
+                if proj is not None:  # TensorFlow's LSTMCell without num_proj: no projection, no proj_clip
+                    r = r @ proj
+                if proj is not None and lstm.get("proj_clip"):
                     r = np.clip(r, -lstm["proj_clip"], lstm["proj_clip"])
                 out.append(r)
             out = np.stack(out)

@@ -53,6 +53,29 @@ def test_keep_sentence_boundaries():
     assert out["elmo_representations"][0].shape[1] == 5 and out["mask"].sum(1).tolist() == [5, 4, 2]
 
 
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_layer_norm_mix_padding_as_allennlp(keep):
+    """AllenNLP returns a layer-normed mix with boundaries kept as it is: padding holds -mean/std of each layer
+    (weighted), not zero; with the boundaries removed, the padding is zero."""
+    bilm = random_bilm(small_config())
+    elmo = Elmo(bilm, do_layer_norm=True, keep_sentence_boundaries=keep, dropout=0.0)
+    ids = batch_to_ids(BATCH)
+    out = elmo(ids)
+    rep, mask = out["elmo_representations"][0], out["mask"]
+    assert torch.equal(mask, torch.tensor([[1] * 5, [1] * 4 + [0], [1, 1, 0, 0, 0]]).bool()[:, : rep.shape[1]]
+                       if keep else torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0]]).bool())
+    if not keep:
+        assert torch.equal(rep[~mask], torch.zeros_like(rep[~mask]))
+        return
+    with torch.no_grad():
+        o = bilm(ids)
+    real = o.mask  # (B, T + 2)
+    padding = sum(-layer[real].mean() / layer[real].var(unbiased=False).sqrt() for layer in o.layers) / 3
+    assert torch.allclose(rep[~real], torch.full_like(rep[~real], float(padding)), atol=1e-5)
+    assert float(padding) != 0.0
+
+
 def test_projection_output_uses_the_five_components():
     bilm = random_bilm(small_config())
     elmo = Elmo(bilm, output="projection", projection_dim=12, dropout=0.0)

@@ -53,3 +53,30 @@ def test_clips_really_fire_in_the_clips_fire_variant():
     with torch.no_grad():
         out = model(batch_to_ids(SENTENCES))
     assert float(out.forward_layers[0].abs().max()) == pytest.approx(3.0)
+
+
+def test_no_projection_means_no_projection_clip_and_n_layers_defaults_to_one(tmp_path, report):
+    """bilm-tf gives its cells num_proj only when P < C: a file with P == C has no W_P_0, and TensorFlow then skips
+    proj_clip (here 0.5, small enough to matter). An options.json without lstm.n_layers means one layer."""
+    import json
+
+    import h5py
+
+    config = small_config(dim=8, proj_clip=0.5, n_layers=1)
+    options, weights = export_official(random_bilm(config, seed=3, scale=2.0), tmp_path)
+    with h5py.File(weights, "a") as f:
+        for d in range(2):
+            del f[f"RNN_{d}/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0"]
+    raw = json.loads(options.read_text())
+    del raw["lstm"]["n_layers"]
+    options.write_text(json.dumps(raw))
+    model = load_official(options, weights).double()
+    assert model.config.lstm.proj_clip is None and model.config.lstm.n_layers == 1
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES))
+    assert float(out.forward_layers[0].abs().max()) > 0.6  # unclipped
+    worst = max(float(np.abs(torch.stack(out.layers)[:, row, 1 : len(tokens) + 1].numpy()
+                             - reference_layers(options, weights, tokens)).max())
+                for row, tokens in enumerate(SENTENCES))
+    report("P == C without W_P_0 vs NumPy reference, float64: max abs diff", worst)
+    assert worst <= 1e-9

@@ -7,7 +7,7 @@ that turn one layout into the other. Each TensorFlow quirk is one named function
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -189,6 +189,17 @@ def read_official_state(weight_file: str | Path, config: ElmoConfig) -> dict[str
     return state
 
 
+def _dataset_names(path: Path) -> set[str]:
+    """The datasets' names of an hdf5 file (empty when it cannot be read: reading it for real says why)."""
+    names: set[str] = set()
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda name, obj: names.add(name) if isinstance(obj, h5py.Dataset) else None)
+    except (OSError, KeyError, RuntimeError, ValueError):
+        pass
+    return names
+
+
 def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
     """Every dataset of an hdf5 file, by its full path without the leading '/'."""
     if not path.exists():
@@ -205,9 +216,18 @@ def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> ElmoConfig:
+    """bilm-tf builds its LSTM cells with ``num_proj`` only when P < C, and TensorFlow clips the projection only
+    when there is one: a file with P == C and no ``W_P_0`` runs the identity (our fallback) without ``proj_clip``."""
+    lstm = config.lstm
+    if lstm.proj_clip is None or lstm.dim != lstm.projection_dim or any("/W_P_0" in name for name in datasets):
+        return config
+    return replace(config, lstm=replace(lstm, proj_clip=None))
+
+
 def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
-    config = ElmoConfig.from_file(options_file)
+    config = unclipped_without_projection(ElmoConfig.from_file(options_file), _dataset_names(Path(weight_file)))
     model = BiLM.from_config(config, stateful=stateful)
     model.load_state_dict(read_official_state(weight_file, config), strict=True)
     return model.eval()

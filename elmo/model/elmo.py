@@ -99,10 +99,11 @@ class Elmo(nn.Module):
         representations = []
         for readout in self.readouts:
             if isinstance(readout, ScalarMix):
+                # the layers are zero at padding; a layer-normed mix is not, and AllenNLP returns it as it is
                 rep = readout(out.layers, out.mask)  # (B, T+2, 2P)
             else:
                 rep = readout(out.token_vectors, out.forward_layers, out.backward_layers)  # (B, T+2, D)
-            rep = rep * out.mask.unsqueeze(-1).to(rep.dtype)
+                rep = rep * out.mask.unsqueeze(-1).to(rep.dtype)  # the projection's bias stays off the padding
             if self.keep_sentence_boundaries:
                 mask = out.mask
             else:
