@@ -1,6 +1,7 @@
 """Run by the DDP test under torchrun: trains a few steps and writes this rank's weights and losses."""
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,9 @@ from tests.conftest import micro_train_config  # noqa: E402
 def main() -> None:
     train, vocab, out, rows, steps = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     minutes, late = (float(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 6 else (None, 0.0)
-    config = micro_train_config(batch_size=rows, max_steps=steps or None, max_minutes=minutes, dropout=0.0)
+    negatives = {"n_negative_samples": int(os.environ["NEGATIVES"])} if "NEGATIVES" in os.environ else {}
+    config = micro_train_config(batch_size=rows, max_steps=steps or None, max_minutes=minutes, dropout=0.0,
+                                **negatives)
     trainer = Trainer(config, [train], out / "run", vocab=Vocabulary.load(vocab), progress=False)
     if trainer.env.rank == 1:
         time.sleep(late)  # this rank's clock starts later: --max-minutes runs out for rank 0 first

@@ -86,3 +86,31 @@ def test_a_file_name_with_glob_characters_is_taken_literally(tmp_path):
     (tmp_path / "corpus1.txt").write_text("x y\n", encoding="utf-8")  # what the name matches as a pattern
     assert expand_files([str(tmp_path / "corpus[1].txt")]) == [tmp_path / "corpus[1].txt"]
     assert expand_files([str(tmp_path / "corpus[0-9].txt")]) == [tmp_path / "corpus1.txt"]
+
+
+def test_each_epoch_reads_the_files_in_its_own_order_and_resumes_there(tmp_path):
+    """As bilm-tf picks shards at random per epoch and per direction: every file once per epoch, orders differing
+    between epochs and between seeds (the two directions), and a saved position resumes inside the same order."""
+    files = []
+    for name in "ABCDEF":
+        files.append(tmp_path / f"{name}.txt")
+        files[-1].write_text("\n".join(f"{name}{i} w" for i in range(4)) + "\n", encoding="utf-8")
+
+    def files_read(source, n_chunks):  # chunk_size 4 = one whole file per chunk
+        return [source.next_chunk()[0][0][0] for _ in range(n_chunks)]
+
+    forward = SentenceSource(files, seed=0, chunk_size=4)
+    epochs = files_read(forward, 18)
+    assert all(sorted(epochs[k : k + 6]) == list("ABCDEF") for k in (0, 6, 12))
+    assert len({"".join(epochs[k : k + 6]) for k in (0, 6, 12)}) == 3
+    assert files_read(SentenceSource(files, seed=7919, chunk_size=4), 6) != epochs[:6]
+    assert files_read(SentenceSource(files, shuffle=False, chunk_size=4), 6) == list("ABCDEF")
+    again = SentenceSource(files, seed=0, chunk_size=4)
+    files_read(again, 8)
+    resumed = SentenceSource(files, seed=0, chunk_size=4)
+    resumed.load_state_dict(again.state_dict())
+    assert files_read(resumed, 10) == epochs[8:18]
+    legacy = SentenceSource(files, seed=0, chunk_size=4)  # a position saved before orders were shuffled
+    old_position = {k: v for k, v in again.state_dict().items() if k != "file_order"}
+    legacy.load_state_dict(old_position | {"epoch": 1, "file_index": 2, "line": 0})
+    assert files_read(legacy, 4) == list("CDEF")

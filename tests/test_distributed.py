@@ -1,7 +1,8 @@
 """DistributedDataParallel on 2 CPU processes (gloo): identical weights on both ranks, and the same losses as one
-process holding the same global batch (dropout off; the sampler draws the same negatives on every rank)."""
+process holding the same global batch (dropout off, full softmax); each rank draws its own sampled negatives."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +14,18 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
 def test_two_processes_match_one(text_slices, tmp_path, report):
+    """With the full softmax (no sampled negatives: each process draws its own, as bilm-tf's towers do), two
+    processes of 3 rows train exactly as one of 6."""
     train, _, vocab = text_slices
     steps = 4
     two, one = tmp_path / "two", tmp_path / "one"
     two.mkdir(), one.mkdir()
+    full = {**os.environ, "NEGATIVES": "1000000"}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                     str(WORKER), str(train), str(vocab), str(two), "3", str(steps)], check=True, timeout=300,
-                   capture_output=True)
+                   capture_output=True, env=full)
     subprocess.run([sys.executable, str(WORKER), str(train), str(vocab), str(one), "6", str(steps)], check=True,
-                   timeout=300, capture_output=True)
+                   timeout=300, capture_output=True, env=full)
     rank0, rank1 = load_file(str(two / "rank0.safetensors")), load_file(str(two / "rank1.safetensors"))
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     single = load_file(str(one / "rank0.safetensors"))
@@ -47,3 +51,6 @@ def test_processes_stop_together_on_max_minutes_even_when_one_starts_late(text_s
     steps = [len(json.loads((tmp_path / f"rank{r}.json").read_text())) for r in range(2)]
     assert steps[0] == steps[1] > 0
     assert list((tmp_path / "run").glob("step-*/trainer.json"))
+    # sampled softmax here: each rank drew its own negatives (as each bilm-tf tower), and saved its own generator
+    state = load_file(str(next((tmp_path / "run").glob("step-*/state.safetensors"))))
+    assert not torch.equal(state["r0.sampler_rng"], state["r1.sampler_rng"])

@@ -53,6 +53,15 @@ def test_resume_continues_exactly(text_slices, tmp_path, report):
     worst = max(abs(a - b) for a, b in zip(straight, part1 + part2))
     report("12 steps straight vs 7 + resume + 5: max loss diff", worst)
     assert len(part1 + part2) == 12 and worst <= 1e-6
+    # a checkpoint from before each rank saved its own sampler state ("sampler_rng") resumes the same way
+    from safetensors.torch import load_file, save_file
+
+    state_file = next((tmp_path / "b").glob("step-*/state.safetensors"))
+    tensors = load_file(str(state_file))
+    tensors["sampler_rng"] = tensors.pop("r0.sampler_rng")
+    save_file(tensors, str(state_file))
+    old = Trainer(config, [train], tmp_path / "b3", resume=tmp_path / "b", progress=False)
+    assert [m["loss"] for m in old.train()] == part2
 
 
 def test_checkpoints_keep_the_last_k(text_slices, tmp_path):
@@ -151,3 +160,24 @@ def test_checkpoint_files_get_a_plain_files_permissions(text_slices, tmp_path):
             progress=False).train()
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r" / "step-00000001").iterdir()}
     assert modes and all(mode == new_file_mode() for mode in modes.values()), modes
+
+
+def test_each_direction_scores_against_its_own_negatives(text_slices, tmp_path):
+    """bilm-tf calls sampled_softmax_loss once per direction: two draws per step, the forward loss depends only on
+    the first set of negatives and the backward loss only on the second."""
+    train, _, vocab = text_slices
+    trainer = Trainer(micro_train_config(dropout=0.0), [train], tmp_path / "run", vocab=Vocabulary.load(vocab),
+                      progress=False)
+    drawn = []
+    original = trainer.sampler.sample
+    trainer.sampler.sample = lambda n: drawn.append(original(n)) or drawn[-1]
+    trainer.train_step()
+    assert len(drawn) == 2 and not torch.equal(drawn[0][0], drawn[1][0])
+    inputs = trainer._inputs([b.next_batch() for b in trainer.batchers])
+    states = trainer.model.zero_states(4)
+    with torch.no_grad():
+        a = trainer.model(*inputs, states, [drawn[0], drawn[1]], trainer.sampler)[0]
+        b = trainer.model(*inputs, states, [drawn[0], drawn[0]], trainer.sampler)[0]
+        c = trainer.model(*inputs, states, [drawn[1], drawn[1]], trainer.sampler)[0]
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], c[1])
+    assert not torch.equal(a[1], b[1]) and not torch.equal(a[0], c[0])

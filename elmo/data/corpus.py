@@ -65,8 +65,12 @@ def open_text(path: Path) -> Utf8Lines:
 class SentenceSource:
     """Tokenised sentences from files, in shuffled chunks; endless (``loop``) or one pass; resumable.
 
-    Its position is (epoch, file index, line within the file, chunks read): enough to re-open the files and skip to
-    the same place. Each chunk's shuffle is seeded by (seed, chunks read), so no RNG state needs saving.
+    With ``shuffle``, each epoch reads the files in its own random order (bilm-tf picks its shards at random, each
+    direction independently: give the two directions different seeds) and shuffles each chunk of ``chunk_size``
+    sentences (bilm-tf shuffles whole shards; chunks keep memory bounded, so split an ordered corpus into files or
+    shuffle it once beforehand). Its position is (epoch, file index in the epoch's order, line within the file,
+    chunks read): enough to re-open the files and skip to the same place. The file order is seeded by (seed,
+    epoch) and each chunk's shuffle by (seed, chunks read), so no RNG state needs saving.
     """
 
     def __init__(self, files: Sequence[Path], tokenizer: Callable[[str], list[str]] = str.split, seed: int = 0,
@@ -81,15 +85,23 @@ class SentenceSource:
         self.epoch = self.file_index = self.line = self.chunks = 0
         self._handle = None
         self._handle_pos: tuple[int, int] | None = None  # (file index, line) the open handle is at
+        self._shuffle_files = shuffle  # False for positions saved before file orders were shuffled
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "file_index": self.file_index, "line": self.line, "chunks": self.chunks,
-                "served": self.served}
+                "served": self.served, "file_order": "shuffled" if self._shuffle_files else "given"}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.file_index, self.line, self.chunks, self.served = (
             state[k] for k in ("epoch", "file_index", "line", "chunks", "served"))
+        self._shuffle_files = self.shuffle and state.get("file_order", "given") == "shuffled"
         self._close()
+
+    def file_order(self, epoch: int) -> list[Path]:
+        """The files in the order epoch ``epoch`` reads them."""
+        if not self._shuffle_files or len(self.files) < 2:
+            return list(self.files)
+        return random.Random(f"{self.seed}:files:{epoch}").sample(self.files, len(self.files))
 
     def next_chunk(self) -> list[list[str]] | None:
         """Up to ``chunk_size`` non-empty sentences, or None at the end of a single pass."""
@@ -109,7 +121,7 @@ class SentenceSource:
                 self._close()
                 continue
             handle = self._open()
-            path = self.files[self.file_index]
+            path = self.file_order(self.epoch)[self.file_index]
             for raw in handle:
                 self.line += 1
                 try:
@@ -136,7 +148,7 @@ class SentenceSource:
     def _open(self):
         if self._handle is None or self._handle_pos != (self.file_index, self.line):
             self._close()
-            path = self.files[self.file_index]
+            path = self.file_order(self.epoch)[self.file_index]
             try:
                 self._handle = open_text(path)
                 for _ in range(self.line):  # resume: skip what was read before

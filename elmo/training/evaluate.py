@@ -27,7 +27,11 @@ class Perplexity:
 
     @property
     def mean(self) -> float:
-        """The geometric mean of the two directions: bilm-tf's reported perplexity."""
+        """The geometric mean of the two directions: bilm-tf's reported perplexity.
+
+        Each direction's figure is exp of its mean loss over all predictions. bilm-tf's ``test()`` averages per
+        batch instead (and stops at the first row that runs out of text); the two agree when every batch is full,
+        and differ by a fraction of a percent through the last, partly empty batch of a pass."""
         return math.sqrt(self.forward * self.backward)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -32,13 +33,14 @@ class LanguageModel(nn.Module):
         return model
 
     def forward(self, forward: tuple[torch.Tensor, torch.Tensor], backward: tuple[torch.Tensor, torch.Tensor],
-                states: list[list[State]], sample: tuple[torch.Tensor, int] | None,
+                states: list[list[State]], samples: Sequence[tuple[torch.Tensor, int]] | None,
                 sampler: LogUniformSampler | None = None) -> tuple[list[torch.Tensor], list[list[State]]]:
         """Each direction's mean loss and final states.
 
         forward / backward: (char ids (B, T, W), targets (B, T)) of the two streams; states [direction][layer].
-        ``sample`` = (candidates, draws) from ``sampler`` for the sampled softmax, or None for the full softmax.
-        Both directions share one character-encoder call and one softmax call.
+        ``samples`` = one (candidates, draws) from ``sampler`` per direction for the sampled softmax (bilm-tf draws
+        each direction's negatives separately), or None for the full softmax. Both directions share one
+        character-encoder call and the softmax weights.
         """
         (f_ids, f_targets), (b_ids, b_targets) = forward, backward
         tokens = self.encode_tokens(torch.cat([f_ids, b_ids]))  # (2B, T, P)
@@ -51,18 +53,23 @@ class LanguageModel(nn.Module):
         hidden_all = torch.cat(hidden).float()  # (2N, P)
         targets = torch.cat([f_targets.reshape(-1), b_targets.reshape(-1)])  # (2N,)
         with torch.autocast(hidden_all.device.type, enabled=False):  # the softmax in float32 under mixed precision
-            if sample is None:
+            if samples is None:
                 per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
             else:
-                candidates, tries = sample
-                candidates = candidates.to(hidden_all.device)
-                per_position = self.softmax.sampled_loss(
-                    hidden_all, targets, candidates,
-                    sampler.log_expected_count(targets.cpu(), tries).to(hidden_all.device),
-                    sampler.log_expected_count(candidates.cpu(), tries).to(hidden_all.device), reduction="none")
+                per_position = torch.cat([self._sampled(h, t, sample, sampler)  # (N,) each
+                                          for h, t, sample in zip(hidden_all.chunk(2), targets.chunk(2), samples)])
         valid = targets.ge(0).float()
         halves = per_position.mul(valid).view(2, -1).sum(1) / valid.view(2, -1).sum(1).clamp(min=1)
         return [halves[0], halves[1]], new_states
+
+    def _sampled(self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, int],
+                 sampler: LogUniformSampler) -> torch.Tensor:
+        """Per-position sampled-softmax loss (N,) of one direction's hidden states (N, P) against its negatives."""
+        candidates, tries = sample
+        candidates = candidates.to(hidden.device)
+        return self.softmax.sampled_loss(
+            hidden, targets, candidates, sampler.log_expected_count(targets.cpu(), tries).to(hidden.device),
+            sampler.log_expected_count(candidates.cpu(), tries).to(hidden.device), reduction="none")
 
     def stack(self, direction: int):
         return self.bilm.forward_stack if direction == 0 else self.bilm.backward_stack

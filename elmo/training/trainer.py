@@ -1,8 +1,8 @@
 """Pretraining the biLM: one explicit loop (setup, train, checkpoint, resume), single process or DDP under torchrun.
 
 Per batch: the forward rows and the backward rows (independent streams) each run through their LSTM stack from the
-states their rows ended in; one sampled softmax, shared by both directions and by all positions, scores the
-targets; loss = (forward + backward) / 2; the gradient of loss x unroll_steps is clipped to a global norm and
+states their rows ended in; the softmax shared by both directions scores the targets of each direction against
+that direction's own sampled negatives (shared by its positions; each rank draws its own); loss = (forward + backward) / 2; the gradient of loss x unroll_steps is clipped to a global norm and
 applied by Adagrad (TRAINING.md). Every random draw comes from saved generators, so a resumed run continues
 exactly where the checkpoint left off.
 """
@@ -110,7 +110,7 @@ class Trainer:
         if vocab is None:
             raise ValueError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
         self.config, self.vocab = config, vocab
-        torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank; the sampler does not
+        torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank, and so do the negatives
 
         self.model = LanguageModel.from_config(config.model, len(vocab), dropout=config.dropout)
         if checkpoint is not None:
@@ -120,7 +120,8 @@ class Trainer:
         self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model, device_ids=None)
                     if self.env.world > 1 else None)
         self.optimizer = self._make_optimizer()
-        self.sampler = LogUniformSampler(len(vocab), seed=config.seed)
+        # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
+        self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
 
         rows = config.batch_size * self.env.world  # the global batch
         mine = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)
@@ -166,7 +167,9 @@ class Trainer:
         torch.set_rng_state(t[f"r{rank}.torch_rng"])
         if self.device.type == "cuda" and f"r{rank}.cuda_rng" in t:  # dropout on a GPU draws from the GPU's generator
             torch.cuda.set_rng_state(t[f"r{rank}.cuda_rng"], self.device)
-        self.sampler.set_state(t["sampler_rng"])
+        # "sampler_rng": checkpoints written before each rank drew its own (their other ranks keep their new seed)
+        if f"r{rank}.sampler_rng" in t or rank == 0:
+            self.sampler.set_state(t.get(f"r{rank}.sampler_rng", t.get("sampler_rng")))
         self.step, self.tokens_seen, self.elapsed = trainer["step"], trainer["tokens_seen"], trainer["elapsed"]
 
     # ---- one step ---------------------------------------------------------------------------------------------
@@ -191,10 +194,11 @@ class Trainer:
         module = self.ddp or self.model
         previous_states = self.states
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
-        sample = self.sampler.sample(n_neg) if n_neg < len(self.vocab) else None
+        # one set of negatives per direction, as bilm-tf's one sampled_softmax_loss call per direction
+        samples = [self.sampler.sample(n_neg) for _ in range(2)] if n_neg < len(self.vocab) else None
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
         with autocast:
-            losses, self.states = module(*self._inputs(batches), self.states, sample, self.sampler)
+            losses, self.states = module(*self._inputs(batches), self.states, samples, self.sampler)
         loss = 0.5 * (losses[0] + losses[1])
         self.optimizer.zero_grad(set_to_none=True)
         (loss * self.config.unroll_steps).backward()
@@ -285,7 +289,8 @@ class Trainer:
             "tensors": {f"d{d}.l{l}.{name}": t.detach().cpu()
                         for d, direction in enumerate(self.states) for l, state in enumerate(direction)
                         for name, t in zip("hc", state)} | {"torch_rng": torch.get_rng_state()}
-                       | ({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
+                       | ({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {})
+                       | {"sampler_rng": self.sampler.state()},
         }
         gathered = [rank_state]
         if self.env.world > 1:
@@ -294,7 +299,6 @@ class Trainer:
         if not self.env.main:
             return None
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
-        tensors["sampler_rng"] = self.sampler.state()
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
                    "files": self.files,
                    "data": [s["data"] for s in gathered]}
