@@ -309,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("embed", help="embed a text file (one sentence per line) into HDF5, AllenNLP's layout")
     p.add_argument("input", help="UTF-8 text, one sentence per line (whitespace-tokenised unless --tokenize)")
-    p.add_argument("output", help="HDF5 file to write")
+    p.add_argument("output", help="HDF5 file to write (AllenNLP's layout); a name ending in .npz writes a NumPy "
+                                  "archive with the same keys instead")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="every layer: (L+1, n_tokens, 2P) per sentence")
     which.add_argument("--top", action="store_true", help="the top layer: (n_tokens, 2P)")

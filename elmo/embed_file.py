@@ -3,7 +3,8 @@
 One float32 dataset per line, named by its 0-based line number ("0", "1", ...) or by the sentence itself, plus a
 ``sentence_to_index`` JSON map (FORMAT.md §5). The input is streamed and each chunk is written as soon as it is
 embedded, so memory stays flat however long the file is (only the sentence-to-index map grows, one short string per
-line; ``forget_sentences`` drops it). The output appears only when complete (temporary file + rename).
+line; ``forget_sentences`` drops it). The output appears only when complete (temporary file + rename). An output
+name ending in ``.npz`` gives a NumPy archive with the same keys instead (``np.load(path)["0"]``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import zipfile
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 import h5py
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -158,18 +161,42 @@ class PartStore:
             return torch.from_numpy(f["state_h"][()]), torch.from_numpy(f["state_c"][()])
 
     def merge_into(self, output_path: str | Path, sentence_to_index: dict[str, str] | None) -> None:
-        with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
-            for number in itertools.count():
-                path = self._path(number)
-                if not path.is_file():
-                    break
-                with h5py.File(path, "r") as part:
-                    for i, key in enumerate(part["keys"].asstr()[()]):
-                        out.create_dataset(key, data=part["data"][str(i)][()])
-            if sentence_to_index is not None:
-                index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-                index[0] = json.dumps(sentence_to_index)
+        """All parts into one file, in line order: HDF5 (AllenNLP's layout), or a NumPy ``.npz`` archive with the
+        same keys (``sentence_to_index`` then a 0-d string array holding the JSON)."""
+        write = _write_npz if str(output_path).lower().endswith(".npz") else _write_hdf5
+        with atomic_path(output_path) as tmp:
+            write(tmp, self._arrays(), None if sentence_to_index is None else json.dumps(sentence_to_index))
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _arrays(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(key, vectors) of every line, part by part: one part in memory at a time."""
+        for number in itertools.count():
+            path = self._path(number)
+            if not path.is_file():
+                return
+            with h5py.File(path, "r") as part:
+                for i, key in enumerate(part["keys"].asstr()[()]):
+                    yield key, part["data"][str(i)][()]
+
+
+def _write_hdf5(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None) -> None:
+    with h5py.File(path, "w") as out:
+        for key, array in arrays:
+            out.create_dataset(key, data=array)
+        if index_json is not None:
+            index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            index[0] = index_json
+
+
+def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None) -> None:
+    """What ``np.savez`` writes, one array at a time (np.savez needs them all in memory at once)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, array in arrays:
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
+        if index_json is not None:
+            with archive.open("sentence_to_index.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.array(index_json), allow_pickle=False)
 
 
 def _on_device(state, device: str | torch.device):

@@ -45,6 +45,19 @@ def test_embed_all_layers_blank_lines_and_duplicates(tmp_path):
     assert index == {"The bank .": "4", "": "2", "A river": "3"}
 
 
+def test_embed_to_npz_holds_what_the_hdf5_holds(tmp_path):
+    """An output ending in .npz is a NumPy archive (np.load, no pickle) with the HDF5 file's keys and arrays."""
+    (tmp_path / "in.txt").write_text("The bank .\n\nA river\n", encoding="utf-8")
+    for name in ("out.hdf5", "out.npz"):
+        assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / name), "--all", "--quiet", *MODEL]) == 0
+    with h5py.File(tmp_path / "out.hdf5") as f, np.load(tmp_path / "out.npz", allow_pickle=False) as z:
+        assert sorted(z.files) == sorted(f.keys()) == ["0", "1", "2", "sentence_to_index"]
+        for key in ("0", "1", "2"):
+            assert z[key].dtype == np.float32 and np.array_equal(z[key], f[key][()])
+        assert json.loads(str(z["sentence_to_index"])) == json.loads(f["sentence_to_index"][0])
+    assert not (tmp_path / "out.npz.parts").exists()
+
+
 def test_embed_average_is_the_layer_mean_and_output_is_atomic(tmp_path):
     (tmp_path / "in.txt").write_text("a b c\nd\n", encoding="utf-8")
     for flag in ("--all", "--average"):
