@@ -114,6 +114,14 @@ def test_export_load_embed_round_trip_and_score_matches_perplexity(text_slices, 
     assert ppl.tokens == n
     assert math.isclose(-forward / n, math.log(ppl.forward), rel_tol=1e-5)
     assert math.isclose(-backward / n, math.log(ppl.backward), rel_tol=1e-5)
+    # one long line fills one row of the batch: the empty rows are skipped, and the figure is that of one row
+    long_line = " ".join(train.read_text(encoding="utf-8").split()[:400])
+    (tmp_path / "long.txt").write_text(long_line + "\n", encoding="utf-8")
+    alone, among = (perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / "long.txt"], batch_size=b)
+                    for b in (1, 16))
+    assert alone.tokens == among.tokens == 401
+    assert math.isclose(alone.forward, among.forward, rel_tol=1e-6)
+    assert math.isclose(alone.backward, among.backward, rel_tol=1e-6)
 
     dump_token_embeddings(bilm, vocab_file, tmp_path / "tok.hdf5")
     import h5py

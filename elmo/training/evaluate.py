@@ -54,9 +54,20 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
     bar = tqdm(unit="tok", disable=not progress, desc="perplexity")
     for direction, batcher in enumerate(batchers):
         while (batch := batcher.next_batch()) is not None:
-            hidden, states[direction] = model.hidden(batch.char_ids.to(device), direction, states[direction])
-            targets = batch.targets.to(device).reshape(-1)
-            totals[direction] += float(model.softmax.full_loss(hidden.reshape(-1, hidden.shape[-1]), targets))
+            # only rows with text left run (one long line leaves the other rows empty for most of the pass) and
+            # only real targets reach the softmax; the other rows' states stay as they were
+            rows = batch.targets.ge(0).any(1).nonzero().squeeze(1)  # (R,)
+            if len(rows) == 0:
+                continue
+            on_device = rows.to(device)
+            active = [(h[on_device], c[on_device]) for h, c in states[direction]]
+            hidden, active = model.hidden(batch.char_ids[rows].to(device), direction, active)  # (R, T, P)
+            for (h, c), (new_h, new_c) in zip(states[direction], active):
+                h[on_device], c[on_device] = new_h, new_c
+            targets = batch.targets[rows].to(device).reshape(-1)  # (R*T,)
+            real = targets.ge(0)
+            totals[direction] += float(model.softmax.full_loss(hidden.reshape(-1, hidden.shape[-1])[real],
+                                                               targets[real]))
             counts[direction] += batch.tokens
             if direction == 0:
                 unknown += int((targets == vocab.unk).sum())
