@@ -189,3 +189,25 @@ def test_each_direction_scores_against_its_own_negatives(text_slices, tmp_path):
         c = trainer.model(*inputs, states, [drawn[1], drawn[1]], trainer.sampler)[0]
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], c[1])
     assert not torch.equal(a[1], b[1]) and not torch.equal(a[0], c[0])
+
+
+def test_score_in_batches_and_position_chunks_matches_the_whole_distribution(text_slices, tmp_path, monkeypatch):
+    """score() runs 16 sentences at a time and the softmax a few positions at a time: the same log-probabilities
+    as reading them off the full (B, T + 2, V) distributions of one call."""
+    from elmo.training import evaluate
+    from elmo.training.evaluate import direction_log_probs
+
+    train, _, vocab_file = text_slices
+    Trainer(micro_train_config(max_steps=2), [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file),
+            progress=False).train()
+    bilm, softmax, vocab = load_language_model(tmp_path / "r")
+    sentences = [line.split() for line in train.read_text(encoding="utf-8").splitlines()[:19]] + [[]]
+    monkeypatch.setattr(evaluate, "SCORE_POSITIONS", 7)
+    got = score(bilm, softmax, vocab, sentences)
+    _, fwd, bwd = direction_log_probs(bilm, softmax, sentences)
+    for row, tokens in enumerate(sentences):
+        ids = vocab.ids(["<S>", *tokens, "</S>"])
+        n = len(tokens)
+        want_f = sum(float(fwd[row, t, ids[t]]) for t in range(1, n + 2))
+        want_b = sum(float(bwd[row, t, ids[t]]) for t in range(0, n + 1))
+        assert math.isclose(got[row][0], want_f, rel_tol=1e-5) and math.isclose(got[row][1], want_b, rel_tol=1e-5)

@@ -96,18 +96,45 @@ def direction_log_probs(bilm: BiLM, softmax: LMSoftmax, sentences: Sequence[Sequ
     return out, torch.cat([pad, fwd[:, :-1]], 1), torch.cat([bwd[:, 1:], pad], 1)  # aligned to the predicted token
 
 
+SCORE_BATCH = 16  # sentences per biLM call in ``score``
+SCORE_POSITIONS = 1024  # positions per softmax call: 1,024 x a 50,000-word vocabulary = 200 MB of logits
+
+
+@torch.inference_mode()
 def score(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
           sentences: Sequence[Sequence[str]]) -> list[tuple[float, float]]:
-    """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included)."""
-    _, fwd, bwd = direction_log_probs(bilm, softmax, sentences)
+    """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included),
+    each sentence from the zero state. Memory stays bounded however many or long the sentences: they run
+    SCORE_BATCH at a time, and the softmax over the vocabulary SCORE_POSITIONS positions at a time."""
     results = []
-    for row, tokens in enumerate(sentences):
-        ids = torch.tensor(vocab.ids(["<S>", *tokens, "</S>"]))
-        n = len(tokens)
-        forward = fwd[row, torch.arange(1, n + 2), ids[1 : n + 2]].sum()  # words and </S>
-        backward = bwd[row, torch.arange(0, n + 1), ids[0 : n + 1]].sum()  # words and <S>
-        results.append((float(forward), float(backward)))
+    for start in range(0, len(sentences), SCORE_BATCH):
+        batch = [list(s) for s in sentences[start : start + SCORE_BATCH]]
+        out = bilm(batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token))
+        rows, fwd_at, fwd_ids, bwd_at, bwd_ids = [], [], [], [], []
+        for row, tokens in enumerate(batch):
+            ids = vocab.ids(["<S>", *tokens, "</S>"])
+            n = len(tokens)
+            rows += [row] * (n + 1)
+            fwd_at += range(0, n + 1)  # the forward LM at t predicts t + 1: every word and </S>
+            fwd_ids += ids[1 : n + 2]
+            bwd_at += range(1, n + 2)  # the backward LM at t predicts t - 1: every word and <S>
+            bwd_ids += ids[0 : n + 1]
+        rows_t = torch.tensor(rows, dtype=torch.long)
+        forward = _target_log_probs(softmax, out.forward_layers[-1][rows_t, torch.tensor(fwd_at)], fwd_ids)
+        backward = _target_log_probs(softmax, out.backward_layers[-1][rows_t, torch.tensor(bwd_at)], bwd_ids)
+        totals = torch.zeros(len(batch), 2, dtype=torch.float64)
+        totals[:, 0].index_add_(0, rows_t, forward)
+        totals[:, 1].index_add_(0, rows_t, backward)
+        results += [(float(f), float(b)) for f, b in totals.tolist()]
     return results
+
+
+def _target_log_probs(softmax: LMSoftmax, hidden: torch.Tensor, targets: Sequence[int]) -> torch.Tensor:
+    """log p(target) of each position: hidden (N, P), N targets -> (N,) float64."""
+    target = torch.tensor(targets, dtype=torch.long, device=hidden.device)
+    parts = [-softmax.full_loss(hidden[i : i + SCORE_POSITIONS], target[i : i + SCORE_POSITIONS], reduction="none")
+             for i in range(0, len(target), SCORE_POSITIONS)]
+    return torch.cat(parts).double().cpu() if parts else torch.zeros(0, dtype=torch.float64)
 
 
 def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Sequence[str], position: int,
