@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, Union
+from typing import Callable, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 import torch
@@ -90,6 +91,34 @@ class Embedder:
             bar.update(len(indices))
         bar.close()
         return results[0] if single else results  # type: ignore[return-value]
+
+    # ---- AllenNLP's ElmoEmbedder names (deterministic here: no warm-up batches needed) ----------------------------
+    def embed_sentence(self, sentence: str | Sequence[str]) -> np.ndarray:
+        """One sentence (tokens, or a string for the tokenizer) -> (L+1, n, 2P)."""
+        return self.embed([sentence if isinstance(sentence, str) else list(sentence)])[0]
+
+    def embed_batch(self, batch: Sequence[str | Sequence[str]]) -> list[np.ndarray]:
+        """Sentences -> one (L+1, n, 2P) array each, in input order."""
+        return self.embed([s if isinstance(s, str) else list(s) for s in batch])
+
+    def embed_sentences(self, sentences: Iterable[str | Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
+        """Lazily, in input order, ``batch_size`` sentences at a time: any number of sentences in bounded memory."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        iterator = iter(sentences)
+        while chunk := list(islice(iterator, batch_size)):
+            yield from self.embed_batch(chunk)
+
+    def embed_file(self, input_file: str | Path, output_file_path: str | Path, output_format: str = "all",
+                   batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
+                   progress: bool = True) -> int:
+        """A text file (one sentence per line, split by this embedder's tokenizer) -> HDF5 in AllenNLP's layout, or
+        ``.npz``; ``output_format`` "all", "top" or "average". Returns the number of lines (``elmo embed``)."""
+        from elmo.embed_file import embed_file
+
+        tokenizer = None if self.tokenizer is str.split else self.tokenizer
+        return embed_file(self.bilm, input_file, output_file_path, output_format, batch_size, forget_sentences,
+                          use_sentence_keys, progress=progress, device=self.device, tokenizer=tokenizer)
 
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
         if isinstance(sentences, (str, bytes)) or sentences is None:

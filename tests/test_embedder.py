@@ -115,3 +115,28 @@ def test_constructor_settings_are_checked_up_front():
             Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS, device="cuda")
     with pytest.raises(ValueError, match="layers must be"):
         named.embed("a b", layers=True)
+
+
+def test_allennlp_elmo_embedder_names(embedder, tmp_path):
+    """embed_sentence / embed_batch / embed_sentences / embed_file, as AllenNLP's ElmoEmbedder names them."""
+    import h5py
+
+    sentences = [["The", "bank", "closed", "."], ["A", "river"], [], ["x"] * 9, ["Money"]]
+    expected = embedder.embed(sentences)
+
+    def close(a, b):  # batches of other sizes: float32 reordering only
+        return a.shape == b.shape and np.abs(a - b).max(initial=0) <= 1e-5
+
+    assert close(embedder.embed_sentence(sentences[0]), expected[0])
+    assert close(embedder.embed_sentence("The bank closed ."), expected[0])
+    assert all(np.array_equal(a, b) for a, b in zip(embedder.embed_batch(sentences), expected))
+    lazy = embedder.embed_sentences(iter(sentences), batch_size=2)
+    assert not isinstance(lazy, list)
+    got = list(lazy)
+    assert len(got) == 5 and all(close(a, b) for a, b in zip(got, expected))
+    (tmp_path / "in.txt").write_text("\n".join(" ".join(s) for s in sentences) + "\n", encoding="utf-8")
+    assert embedder.embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", "top", progress=False) == 5
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        assert all(close(f[str(i)][()], e[-1]) for i, e in enumerate(expected))
+    with pytest.raises(ValueError, match="batch_size"):
+        next(embedder.embed_sentences(sentences, batch_size=0))
