@@ -19,8 +19,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                                        "official, downloaded once), our model directory (config.json + "
                                        "model.safetensors), or a folder holding options.json and one .hdf5; "
                                        "default: en")
-    group.add_argument("--options", help="official options.json")
-    group.add_argument("--weights", help="official weights .hdf5")
+    group.add_argument("--options", "--options-file", help="official options.json")
+    group.add_argument("--weights", "--weight-file", help="official weights .hdf5")
 
 
 def _load(args: argparse.Namespace, stateful: bool = False):
@@ -333,7 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-vocab", help="vocabulary file whose words' token vectors are computed once (faster)")
     p.add_argument("--tokenize", help="en, ko, ko-morph or whitespace (default: a shipped model's own tokenizer, "
                                       "otherwise whitespace)")
-    p.add_argument("--device", default="cpu")
+    device = p.add_mutually_exclusive_group()
+    device.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    device.add_argument("--cuda-device", type=int, metavar="N",
+                        help="allennlp elmo's spelling: N >= 0 is --device cuda:N, -1 the CPU")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_embed)
 
@@ -603,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from elmo.devices import check_device
 
+        if getattr(args, "cuda_device", None) is not None:  # allennlp elmo's --cuda-device N
+            args.device = "cpu" if args.cuda_device < 0 else f"cuda:{args.cuda_device}"
         check_device(getattr(args, "device", None), "--device")
         with warnings.catch_warnings():
             warnings.showwarning = lambda msg, *a, **k: print(f"warning: {msg}", file=sys.stderr)

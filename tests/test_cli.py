@@ -69,6 +69,23 @@ def test_embed_average_is_the_layer_mean_and_output_is_atomic(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_embed_takes_allennlp_elmo_spellings(tmp_path, capsys):
+    """allennlp elmo's --options-file / --weight-file / --cuda-device (-1: the CPU) work as ours."""
+    import torch
+
+    (tmp_path / "in.txt").write_text("The bank .\n", encoding="utf-8")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "a.hdf5"), "--top", "--quiet", *MODEL]) == 0
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "b.hdf5"), "--top", "--quiet", "--cuda-device",
+                 "-1", "--options-file", str(OPTIONS), "--weight-file", str(WEIGHTS)]) == 0
+    with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
+        assert np.array_equal(a["0"][()], b["0"][()])
+    if not torch.cuda.is_available():
+        capsys.readouterr()
+        assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "c.hdf5"), "--top", "--quiet",
+                     "--cuda-device", "0", *MODEL]) == 2
+        assert "cuda" in capsys.readouterr().err.lower()
+
+
 def test_embed_sentence_keys(tmp_path):
     (tmp_path / "in.txt").write_text("a b\nc d\n", encoding="utf-8")
     main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--top", "--use-sentence-keys",
