@@ -87,3 +87,12 @@ def test_sampled_loss_gradients_match_plain_cross_entropy_over_the_concatenation
     assert torch.autograd.gradcheck(
         lambda h: softmax.sampled_loss(h, targets, candidates, lq_t, lq_c, reduction="none"),
         (hidden.detach().requires_grad_(),))
+
+
+def test_expected_count_when_no_draw_repeated_is_p_times_tries_as_tensorflow():
+    sampler = LogUniformSampler(793471)
+    ids = torch.tensor([0, 5, 1000])
+    p = sampler.probability(ids)
+    assert torch.allclose(sampler.log_expected_count(ids, 2, 2), torch.log(2 * p).float())
+    assert torch.allclose(sampler.log_expected_count(ids, 3, 2), torch.log(1 - (1 - p) ** 3).float())
+    assert abs(float(sampler.log_expected_count(ids[:1], 2, 2)) - (-2.2823)) < 1e-3  # TF's figure for id 0

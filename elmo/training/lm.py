@@ -66,10 +66,11 @@ class LanguageModel(nn.Module):
                  sampler: LogUniformSampler) -> torch.Tensor:
         """Per-position sampled-softmax loss (N,) of one direction's hidden states (N, P) against its negatives."""
         candidates, tries = sample
-        candidates = candidates.to(hidden.device)
+        n = len(candidates)
         return self.softmax.sampled_loss(
-            hidden, targets, candidates, sampler.log_expected_count(targets.cpu(), tries).to(hidden.device),
-            sampler.log_expected_count(candidates.cpu(), tries).to(hidden.device), reduction="none")
+            hidden, targets, candidates.to(hidden.device),
+            sampler.log_expected_count(targets.cpu(), tries, n).to(hidden.device),
+            sampler.log_expected_count(candidates.cpu(), tries, n).to(hidden.device), reduction="none")
 
     def stack(self, direction: int):
         return self.bilm.forward_stack if direction == 0 else self.bilm.backward_stack

@@ -101,8 +101,12 @@ class LogUniformSampler:
         ids = ids.double()
         return (torch.log(ids + 2) - torch.log(ids + 1)) / self._log_range
 
-    def log_expected_count(self, ids: torch.Tensor, tries: int) -> torch.Tensor:
+    def log_expected_count(self, ids: torch.Tensor, tries: int, sampled: int | None = None) -> torch.Tensor:
+        """log of each id's expected count in a sample that took ``tries`` draws. As TensorFlow's
+        ExpectedCountHelper: when no draw repeated (``tries == sampled``) the count is p x tries."""
         p = self.probability(ids)
+        if sampled is not None and tries == sampled:
+            return torch.log(p * tries).float()
         return torch.log(-torch.expm1(tries * torch.log1p(-p))).float()
 
     def sample(self, n: int) -> tuple[torch.Tensor, int]:
