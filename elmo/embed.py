@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence, Union
+from typing import IO, Callable, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 import torch
@@ -109,13 +111,23 @@ class Embedder:
         while chunk := list(islice(iterator, batch_size)):
             yield from self.embed_batch(chunk)
 
-    def embed_file(self, input_file: str | Path, output_file_path: str | Path, output_format: str = "all",
+    def embed_file(self, input_file: str | Path | IO, output_file_path: str | Path, output_format: str = "all",
                    batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
                    progress: bool = True) -> int:
-        """A text file (one sentence per line, split by this embedder's tokenizer) -> HDF5 in AllenNLP's layout, or
-        ``.npz``; ``output_format`` "all", "top" or "average". Returns the number of lines (``elmo embed``)."""
+        """A text file (a path, or an open file as AllenNLP takes; one sentence per line, split by this embedder's
+        tokenizer) -> HDF5 in AllenNLP's layout, or ``.npz``; ``output_format`` "all", "top" or "average". Returns
+        the number of lines (``elmo embed``)."""
         from elmo.embed_file import embed_file
 
+        if hasattr(input_file, "read"):  # the file is read twice (count, then embed): copy an open one first
+            with tempfile.TemporaryDirectory() as folder:
+                copy = Path(folder) / "input.txt"
+                first = input_file.read(0)
+                with open(copy, "wb" if isinstance(first, bytes) else "w", encoding=None if isinstance(first, bytes)
+                          else "utf-8") as out:
+                    shutil.copyfileobj(input_file, out)
+                return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
+                                       use_sentence_keys, progress)
         tokenizer = None if self.tokenizer is str.split else self.tokenizer
         return embed_file(self.bilm, input_file, output_file_path, output_format, batch_size, forget_sentences,
                           use_sentence_keys, progress=progress, device=self.device, tokenizer=tokenizer)

@@ -138,5 +138,9 @@ def test_allennlp_elmo_embedder_names(embedder, tmp_path):
     assert embedder.embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", "top", progress=False) == 5
     with h5py.File(tmp_path / "out.hdf5") as f:
         assert all(close(f[str(i)][()], e[-1]) for i, e in enumerate(expected))
+    with open(tmp_path / "in.txt", encoding="utf-8") as handle:  # AllenNLP passes an open file
+        assert embedder.embed_file(handle, tmp_path / "h.hdf5", "top", progress=False) == 5
+    with h5py.File(tmp_path / "out.hdf5") as a, h5py.File(tmp_path / "h.hdf5") as b:
+        assert all(np.array_equal(a[str(i)][()], b[str(i)][()]) for i in range(5))
     with pytest.raises(ValueError, match="batch_size"):
         next(embedder.embed_sentences(sentences, batch_size=0))

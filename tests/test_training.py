@@ -211,3 +211,5 @@ def test_score_in_batches_and_position_chunks_matches_the_whole_distribution(tex
         want_f = sum(float(fwd[row, t, ids[t]]) for t in range(1, n + 2))
         want_b = sum(float(bwd[row, t, ids[t]]) for t in range(0, n + 1))
         assert math.isclose(got[row][0], want_f, rel_tol=1e-5) and math.isclose(got[row][1], want_b, rel_tol=1e-5)
+    bilm.stateful = True  # a stateful model is scored from the zero state too, batch after batch
+    assert score(bilm, softmax, vocab, sentences) == got and bilm.stateful

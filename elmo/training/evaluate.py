@@ -106,6 +106,15 @@ def score(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
     """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included),
     each sentence from the zero state. Memory stays bounded however many or long the sentences: they run
     SCORE_BATCH at a time, and the softmax over the vocabulary SCORE_POSITIONS positions at a time."""
+    was_stateful, bilm.stateful = bilm.stateful, False  # zero state for every batch; a carried state is kept
+    try:
+        return _score_batches(bilm, softmax, vocab, sentences)
+    finally:
+        bilm.stateful = was_stateful
+
+
+def _score_batches(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
+                   sentences: Sequence[Sequence[str]]) -> list[tuple[float, float]]:
     results = []
     for start in range(0, len(sentences), SCORE_BATCH):
         batch = [list(s) for s in sentences[start : start + SCORE_BATCH]]
