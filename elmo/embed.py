@@ -122,9 +122,8 @@ class Embedder:
         if hasattr(input_file, "read"):  # the file is read twice (count, then embed): copy an open one first
             with tempfile.TemporaryDirectory() as folder:
                 copy = Path(folder) / "input.txt"
-                first = input_file.read(0)
-                with open(copy, "wb" if isinstance(first, bytes) else "w", encoding=None if isinstance(first, bytes)
-                          else "utf-8") as out:
+                mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
+                with open(copy, mode, encoding=encoding) as out:
                     shutil.copyfileobj(input_file, out)
                 return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
                                        use_sentence_keys, progress)

@@ -159,12 +159,14 @@ def _identity_fallbacks(config: ElmoConfig) -> dict[str, np.ndarray]:
 
 # ---- load -----------------------------------------------------------------------------------------------------
 
-def read_official_state(weight_file: str | Path, config: ElmoConfig) -> dict[str, torch.Tensor]:
-    """Our state dict from an official weight file, checking every dataset's presence, shape and values."""
+def read_official_state(weight_file: str | Path, config: ElmoConfig,
+                        arrays: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
+    """Our state dict from an official weight file (``arrays``: its datasets, when already read), checking every
+    dataset's presence, shape and values."""
     path = Path(weight_file)
     table = name_table(config)
     fallbacks = _identity_fallbacks(config)
-    arrays = _read_hdf5(path)
+    arrays = _read_hdf5(path) if arrays is None else arrays
     expected = {entry.dataset for entry in table}
     unexpected = sorted(set(arrays) - expected)
     if unexpected:
@@ -187,17 +189,6 @@ def read_official_state(weight_file: str | Path, config: ElmoConfig) -> dict[str
         for name, value in zip(entry.params, entry.to_ours(array.astype(np.float32, copy=False))):
             state[name] = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
     return state
-
-
-def _dataset_names(path: Path) -> set[str]:
-    """The datasets' names of an hdf5 file (empty when it cannot be read: reading it for real says why)."""
-    names: set[str] = set()
-    try:
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda name, obj: names.add(name) if isinstance(obj, h5py.Dataset) else None)
-    except (OSError, KeyError, RuntimeError, ValueError):
-        pass
-    return names
 
 
 def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
@@ -227,9 +218,10 @@ def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> Elmo
 
 def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
-    config = unclipped_without_projection(ElmoConfig.from_file(options_file), _dataset_names(Path(weight_file)))
+    arrays = _read_hdf5(Path(weight_file))
+    config = unclipped_without_projection(ElmoConfig.from_file(options_file), set(arrays))
     model = BiLM.from_config(config, stateful=stateful)
-    model.load_state_dict(read_official_state(weight_file, config), strict=True)
+    model.load_state_dict(read_official_state(weight_file, config, arrays), strict=True)
     return model.eval()
 
 

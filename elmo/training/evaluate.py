@@ -118,7 +118,7 @@ def _score_batches(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
     results = []
     for start in range(0, len(sentences), SCORE_BATCH):
         batch = [list(s) for s in sentences[start : start + SCORE_BATCH]]
-        out = bilm(batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token))
+        out = bilm(batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token).to(softmax.weight.device))
         rows, fwd_at, fwd_ids, bwd_at, bwd_ids = [], [], [], [], []
         for row, tokens in enumerate(batch):
             ids = vocab.ids(["<S>", *tokens, "</S>"])
