@@ -1,5 +1,7 @@
 """Count-based baselines: proper distributions, and the orderings one expects on real text."""
 
+import math
+
 import numpy as np
 
 from elmo.data.vocab import Vocabulary
@@ -49,3 +51,57 @@ def test_text_without_singletons_still_gives_a_finite_trigram_perplexity():
     train = [["a", "b"], ["a", "b"]]
     results = baseline_perplexities(Vocabulary.build(train), train, [["b", "a"]])
     assert all(np.isfinite(r.forward) and np.isfinite(r.backward) for r in results)
+
+
+def _textbook_kneser_ney(train: list[list[str]], vocab: Vocabulary):
+    """Interpolated KN trigram written from Chen & Goodman's definition with dictionaries (independent of the
+    vectorised module): raw trigram counts, continuation counts below, one D = n1 / (n1 + 2 n2) per order."""
+    from collections import Counter, defaultdict
+
+    known = set(vocab.words)
+
+    def padded(sentence):
+        return ["<S>", "<S>"] + [w if w in known else "<UNK>" for w in sentence] + ["</S>"]
+
+    def discount(counts):
+        n = Counter(counts)
+        return n[1] / (n[1] + 2 * n[2]) if n[1] else 0.5
+
+    trigrams = defaultdict(Counter)  # (u, v) -> w -> c(uvw)
+    for s in map(padded, train):
+        for u, v, w in zip(s, s[1:], s[2:]):
+            trigrams[(u, v)][w] += 1
+    bigrams = defaultdict(Counter)  # v -> w -> |{u: c(uvw) > 0}|
+    for (u, v), following in trigrams.items():
+        for w in following:
+            bigrams[v][w] += 1
+    unigrams = Counter(w for following in bigrams.values() for w in following)  # w -> |{v: N1+(.vw) > 0}|
+    levels = [(trigrams, discount([c for f in trigrams.values() for c in f.values()])),
+              (bigrams, discount([c for f in bigrams.values() for c in f.values()]))]
+    d1, total1 = discount(list(unigrams.values())), sum(unigrams.values())
+
+    def prob(u, v, w):
+        p = max(unigrams[w] - d1, 0) / total1 + d1 * len(unigrams) / total1 / len(vocab)
+        for (table, d), history in zip(levels[::-1], (v, (u, v))):
+            if history in table:
+                following = table[history]
+                n = sum(following.values())
+                p = max(following[w] - d, 0) / n + d * len(following) / n * p
+        return p
+
+    return lambda sentence: [math.log(prob(u, v, w)) for u, v, w in zip(*(padded(sentence)[i:] for i in range(3)))]
+
+
+def test_kneser_ney_equals_a_textbook_implementation(text_slices):
+    """Every log-probability, on a hand-made corpus (unseen words and contexts) and on a slice of real text."""
+    train_file, dev_file, vocab_file = text_slices
+    read = lambda p, n: [line.split() for line in p.read_text(encoding="utf-8").splitlines()[:n] if line.split()]
+    cases = [(TRAIN, [["the", "cat", "ran"], ["a", "fish", "sat", "on", "a", "dog"], ["unseen", "the"]],
+              Vocabulary.build(TRAIN + [["unseen"]])),
+             (read(train_file, 400), read(dev_file, 60), Vocabulary.load(vocab_file))]
+    for train, evaluate, vocab in cases:
+        ids, mask = sentence_ids(vocab, train)
+        ours = KneserNeyTrigram(ids, mask, len(vocab)).log_probs(*sentence_ids(vocab, evaluate))
+        textbook = _textbook_kneser_ney(train, vocab)
+        expected = np.array([lp for sentence in evaluate for lp in textbook(sentence)])
+        assert ours.shape == expected.shape and np.abs(ours - expected).max() < 1e-9
