@@ -144,7 +144,8 @@ class PartStore:
     def _path(self, number: int) -> Path:
         return self.root / f"part-{number:08d}.h5"
 
-    def write(self, number: int, keys: list[str], arrays: list, state) -> None:
+    def write(self, number: int, keys: list[str], arrays: list[np.ndarray],
+              state: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         with atomic_path(self._path(number)) as tmp, h5py.File(tmp, "w") as f:
             f.create_dataset("keys", data=keys, dtype=h5py.string_dtype())
             group = f.create_group("data")
@@ -154,7 +155,7 @@ class PartStore:
                 f.create_dataset("state_h", data=state[0].cpu().numpy())
                 f.create_dataset("state_c", data=state[1].cpu().numpy())
 
-    def carried_state(self, number: int):
+    def carried_state(self, number: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         with h5py.File(self._path(number), "r") as f:
             if "state_h" not in f:
                 return None

@@ -21,7 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -31,6 +31,9 @@ from elmo.data.vocab import Vocabulary
 from elmo.io.atomic import atomic_path, new_file_mode
 from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
 from elmo.model.bilm import BiLM
+
+if TYPE_CHECKING:
+    from elmo.training.softmax import LMSoftmax
 
 TOKENIZER_FILE = "tokenizer.json"  # {"tokenize": "en"}: how the training text was split
 PREFIX = "step-"
@@ -189,7 +192,7 @@ def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Modul
     return out
 
 
-def load_language_model(path: str | Path):
+def load_language_model(path: str | Path) -> tuple[BiLM, LMSoftmax, Vocabulary]:
     """(bilm, softmax, vocab) from a checkpoint or an exported LM directory."""
     from elmo.training.softmax import LMSoftmax
 

@@ -12,6 +12,7 @@ Two run modes:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ class BiLM(nn.Module):
                                          l.proj_clip, l.use_skip_connections)
         return cls(config, CharEncoder(config.char_cnn, l.projection_dim), stack(), stack(), stateful=stateful)
 
-    def cache_tokens(self, words) -> None:
+    def cache_tokens(self, words: Sequence[str] | None) -> None:
         """Precompute the token layer of ``words`` (a vocabulary) for frozen inference; other words still work.
         ``cache_tokens(None)`` drops the cache."""
         from elmo.model.token_cache import build_token_cache

@@ -8,12 +8,16 @@ refuses a model with clips unless ``allow_clips=True`` (then results differ wher
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from elmo.model.lstm import ProjectedLSTMLayer, State
+
+if TYPE_CHECKING:
+    from elmo.model.bilm import BiLM
 
 
 class FusedLayer(nn.Module):
@@ -42,7 +46,7 @@ class FusedLayer(nn.Module):
         return out, (h_n[0], c_n[0])
 
 
-def use_fused_lstm(bilm, allow_clips: bool = False) -> None:
+def use_fused_lstm(bilm: BiLM, allow_clips: bool = False) -> None:
     """Replace every layer of ``bilm``'s stacks by a FusedLayer (inference only; weights are copied)."""
     lstm = bilm.config.lstm
     if (lstm.cell_clip or lstm.proj_clip) and not allow_clips:

@@ -117,7 +117,8 @@ class Int8RightMultiplier:
         return product if add is None else product.add_(add)
 
 
-def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True):
+def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None,
+                     pack: bool = True) -> RightMultiplier | Int8RightMultiplier:
     """The inference multiplier for ``weight`` in the given matmul dtype (None: the weight's own; torch.bfloat16;
     torch.qint8: dynamic int8 quantisation). ``pack=False`` for a matrix multiplied by many rows per call, where
     MKL's packed product is no faster and cannot write into a buffer."""

@@ -9,10 +9,13 @@ cache is dropped with a warning and the CNN used instead.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from elmo.model.char_cnn import CharEncoder
 
 
 class TokenCache:
@@ -55,7 +58,7 @@ class TokenMemo:
     def __len__(self) -> int:
         return len(self.slots)
 
-    def encode(self, char_ids: torch.Tensor, compute) -> torch.Tensor:
+    def encode(self, char_ids: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """Distinct rows (U, W) -> (U, P): remembered rows looked up, the others computed by ``compute`` and kept."""
         keys = [row.tobytes() for row in char_ids.to(torch.int16).cpu().numpy()]
         slots = [self.slots.get(k, -1) for k in keys]
@@ -96,7 +99,7 @@ class TokenMemo:
         self.vectors[torch.tensor(slots, device=vectors.device)] = vectors
 
 
-def build_token_cache(encoder, words: Sequence[str], batch_size: int = 1024) -> TokenCache:
+def build_token_cache(encoder: CharEncoder, words: Sequence[str], batch_size: int = 1024) -> TokenCache:
     """Run ``encoder`` (a CharEncoder) over ``words`` once and cache the results."""
     from elmo.data.chars import word_to_char_ids
 

@@ -77,7 +77,8 @@ def build_head(config: TaskConfig) -> torch.nn.Module:
                           config.dropout, use_crf=config.use_crf and config.task == "ner", labels=config.labels)
 
 
-def collate(cache: FeatureCache, indices: Sequence[int], targets: Sequence | None = None):
+def collate(cache: FeatureCache, indices: Sequence[int],
+            targets: Sequence | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Padded features (B, T, L+1, D), lengths (B,), and targets: (B, T) tags or (B,) labels (or None)."""
     arrays = [cache[i] for i in indices]
     lengths = torch.tensor([len(a) for a in arrays])

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from elmo.data.chars import batch_to_ids
 from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
-from elmo.model.bilm import BiLM
+from elmo.model.bilm import BiLM, BiLMOutput
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LMSoftmax
 
@@ -82,7 +82,8 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
 
 
 @torch.inference_mode()
-def direction_log_probs(bilm: BiLM, softmax: LMSoftmax, sentences: Sequence[Sequence[str]]):
+def direction_log_probs(bilm: BiLM, softmax: LMSoftmax,
+                        sentences: Sequence[Sequence[str]]) -> tuple[BiLMOutput, torch.Tensor, torch.Tensor]:
     """Per-position log-probabilities over the vocabulary, each sentence from the zero state.
 
     Returns the BiLM output and two (B, T + 2, V) tensors: the forward LM's distribution for the token at each

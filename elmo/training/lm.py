@@ -10,7 +10,7 @@ from torch import nn
 
 from elmo.config import ElmoConfig
 from elmo.model.bilm import BiLM
-from elmo.model.lstm import State
+from elmo.model.lstm import LSTMStack, State
 from elmo.training.softmax import LMSoftmax, LogUniformSampler
 
 
@@ -72,7 +72,8 @@ class LanguageModel(nn.Module):
             sampler.log_expected_count(targets.cpu(), tries, n).to(hidden.device),
             sampler.log_expected_count(candidates.cpu(), tries, n).to(hidden.device), reduction="none")
 
-    def stack(self, direction: int):
+    def stack(self, direction: int) -> LSTMStack:
+        """The LSTM stack of one direction (0 forward, 1 backward)."""
         return self.bilm.forward_stack if direction == 0 else self.bilm.backward_stack
 
     def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
