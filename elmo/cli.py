@@ -36,9 +36,9 @@ def cmd_embed(args: argparse.Namespace) -> None:
     model = _load(args, stateful=args.stateful)
     model.set_matmul_precision("bf16" if args.bf16 else "int8" if args.int8 else "fp32")
     if args.cache_vocab:
-        from elmo.data.vocab import Vocabulary
+        from elmo.data.vocab import read_words
 
-        model.cache_tokens(Vocabulary.load(args.cache_vocab).words)
+        model.cache_tokens(read_words(args.cache_vocab))
     n = embed_file(model, args.input, args.output, layers=layers,
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
@@ -330,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="matrix products in bfloat16: faster on CPUs with bf16 units (AMX); vectors about 0.4%% off")
     fast.add_argument("--int8", action="store_true",
                       help="LSTM products in int8 (dynamic quantisation, CPU only): fastest; vectors 3-5%% off")
-    p.add_argument("--cache-vocab", help="vocabulary file whose words' token vectors are computed once (faster)")
+    p.add_argument("--cache-vocab", help="word list (one per line, plain or .gz; a bilm-tf vocabulary works) whose "
+                                        "token vectors are computed once (faster)")
     p.add_argument("--tokenize", help="en, ko, ko-morph or whitespace (default: a shipped model's own tokenizer, "
                                       "otherwise whitespace)")
     device = p.add_mutually_exclusive_group()

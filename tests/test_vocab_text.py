@@ -1,7 +1,9 @@
 
 import pytest
 
-from elmo.data.vocab import Vocabulary, VocabError
+import gzip
+
+from elmo.data.vocab import Vocabulary, VocabError, read_words
 from elmo.text.tokenize import english_tokenize, get_tokenizer
 
 
@@ -27,6 +29,19 @@ def test_round_trip_and_duplicates_are_an_error(tmp_path):
     (tmp_path / "n.txt").write_text("the\na\n", encoding="utf-8")
     with pytest.raises(VocabError, match="lacks <S>"):
         Vocabulary.load(tmp_path / "n.txt")
+
+
+def test_vocabulary_files_are_read_like_every_text_file(tmp_path):
+    """gzip accepted, a bad byte named by its line (the file used to be decoded whole: no line, and a gzipped
+    vocabulary was reported as not UTF-8)."""
+    with gzip.open(tmp_path / "v.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("<S>\n</S>\n<UNK>\nbank\n")
+    assert Vocabulary.load(tmp_path / "v.txt.gz").words == ["<S>", "</S>", "<UNK>", "bank"]
+    (tmp_path / "bad.txt").write_bytes(b"<S>\n</S>\n<UNK>\nba\xffnk\n")
+    with pytest.raises(VocabError, match="line 4: not valid UTF-8"):
+        Vocabulary.load(tmp_path / "bad.txt")
+    (tmp_path / "plain.txt").write_text("\ufeffthe\n\nbank\n", encoding="utf-8")
+    assert read_words(tmp_path / "plain.txt") == ["the", "bank"]  # a plain word list (--cache-vocab)
 
 
 def test_english_tokenizer_ptb_style():

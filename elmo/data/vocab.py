@@ -11,6 +11,7 @@ from typing import Iterable
 
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN
 from elmo.io.atomic import atomic_path
+from elmo.io.text_lines import TextLineError, numbered_lines
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -20,6 +21,30 @@ UNKNOWN_SHARE_WARNING = 0.10
 
 class VocabError(ValueError):
     """A vocabulary file that cannot be used (names the file and line)."""
+
+
+def read_words(path: str | Path) -> list[str]:
+    """One word per line (plain or gzip; blank lines skipped); a repeated word or a line that is not UTF-8 is an
+    error naming the line."""
+    path = Path(path)
+    if path.is_dir():
+        raise VocabError(f"{path}: is a folder; give the vocabulary file (e.g. {path / 'vocab.txt'})")
+    words, seen = [], {}
+    try:
+        for number, line in numbered_lines(path):
+            word = line.strip()
+            if not word:
+                continue
+            if word in seen:
+                raise VocabError(f"{path}, line {number}: {word!r} repeats line {seen[word]}; every word must "
+                                 f"appear once")
+            seen[word] = number
+            words.append(word)
+    except TextLineError as err:  # not UTF-8, damaged gzip: the message names the line
+        raise VocabError(str(err)) from None
+    if not words:
+        raise VocabError(f"{path}: empty vocabulary")
+    return words
 
 
 class Vocabulary:
@@ -44,27 +69,8 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
-        """Read one word per line; a repeated word is an error naming both lines."""
-        path = Path(path)
-        if path.is_dir():
-            raise VocabError(f"{path}: is a folder; give the vocabulary file (e.g. {path / 'vocab.txt'})")
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError as err:
-            raise VocabError(f"{path}: not UTF-8 (byte {err.start})") from None
-        words, seen = [], {}
-        for number, line in enumerate(text.split("\n"), start=1):
-            word = line.strip()
-            if not word:
-                continue
-            if word in seen:
-                raise VocabError(f"{path}, line {number}: {word!r} repeats line {seen[word]}; "
-                                 f"every word must appear once")
-            seen[word] = number
-            words.append(word)
-        if not words:
-            raise VocabError(f"{path}: empty vocabulary")
-        return cls(words)
+        """A bilm-tf vocabulary file (``read_words``; it must hold ``<S>``, ``</S>`` and ``<UNK>``)."""
+        return cls(read_words(path))
 
     def save(self, path: str | Path) -> None:
         with atomic_path(path) as tmp:
