@@ -96,3 +96,36 @@ def test_expected_count_when_no_draw_repeated_is_p_times_tries_as_tensorflow():
     assert torch.allclose(sampler.log_expected_count(ids, 2, 2), torch.log(2 * p).float())
     assert torch.allclose(sampler.log_expected_count(ids, 3, 2), torch.log(1 - (1 - p) ** 3).float())
     assert abs(float(sampler.log_expected_count(ids[:1], 2, 2)) - (-2.2823)) < 1e-3  # TF's figure for id 0
+
+
+def test_one_gather_for_both_directions_gives_the_loss_and_gradients_of_the_real_positions_alone():
+    """The training step gathers every softmax row it needs at once (one gradient scatter instead of four); a
+    position without a target (-1) takes row 0 there, and masking its loss leaves every gradient as if the position
+    were not there."""
+    torch.manual_seed(0)
+    softmax = LMSoftmax(40, 6)
+    hidden = torch.randn(2, 5, 6)
+    targets = torch.tensor([[3, 7, -1, 0, 39], [1, 1, 12, -1, 5]])
+    candidates = [torch.tensor([0, 2, 3, 9]), torch.tensor([1, 4, 5, 30, 31])]
+    logq_t, logq_c = torch.randn(2, 5), [torch.randn(len(c)) for c in candidates]
+    real = targets.ge(0)
+
+    def gathered_loss() -> torch.Tensor:
+        rows = softmax.gather([ids for t, c in zip(targets, candidates) for ids in (t, c)])
+        parts = [softmax.sampled_loss(hidden[d], targets[d], candidates[d], logq_t[d], logq_c[d], reduction="none",
+                                      rows=rows[2 * d : 2 * d + 2]) for d in range(2)]
+        return (torch.cat(parts) * real.reshape(-1)).sum()
+
+    def real_positions_only() -> torch.Tensor:
+        return sum(softmax.sampled_loss(hidden[d][real[d]], targets[d][real[d]], candidates[d], logq_t[d][real[d]],
+                                        logq_c[d], reduction="sum") for d in range(2))
+
+    results = []
+    for loss in (gathered_loss, real_positions_only):
+        softmax.zero_grad()
+        value = loss()
+        value.backward()
+        results.append((value.detach(), softmax.weight.grad.clone(), softmax.bias.grad.clone()))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert float(results[0][1][20].abs().sum()) == 0.0  # a row no position or negative uses gets no gradient

@@ -56,21 +56,27 @@ class LanguageModel(nn.Module):
             if samples is None:
                 per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
             else:
-                per_position = torch.cat([self._sampled(h, t, sample, sampler)  # (N,) each
-                                          for h, t, sample in zip(hidden_all.chunk(2), targets.chunk(2), samples)])
+                directions = targets.chunk(2)
+                # every softmax row the step needs (both directions' targets and negatives) in one gather
+                rows = self.softmax.gather([ids for t, (c, _) in zip(directions, samples)
+                                            for ids in (t, c.to(t.device))])
+                per_position = torch.cat([self._sampled(h, t, sample, sampler, rows[2 * d : 2 * d + 2])  # (N,) each
+                                          for d, (h, t, sample) in enumerate(zip(hidden_all.chunk(2), directions,
+                                                                                 samples))])
         valid = targets.ge(0).float()
         halves = per_position.mul(valid).view(2, -1).sum(1) / valid.view(2, -1).sum(1).clamp(min=1)
         return [halves[0], halves[1]], new_states
 
     def _sampled(self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, int],
-                 sampler: LogUniformSampler) -> torch.Tensor:
-        """Per-position sampled-softmax loss (N,) of one direction's hidden states (N, P) against its negatives."""
+                 sampler: LogUniformSampler, rows: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Per-position sampled-softmax loss (N,) of one direction's hidden states (N, P) against its negatives
+        (``rows``: the softmax rows of its targets and negatives, ``LMSoftmax.gather``)."""
         candidates, tries = sample
         n = len(candidates)
         return self.softmax.sampled_loss(
             hidden, targets, candidates.to(hidden.device),
             sampler.log_expected_count(targets.cpu(), tries, n).to(hidden.device),
-            sampler.log_expected_count(candidates.cpu(), tries, n).to(hidden.device), reduction="none")
+            sampler.log_expected_count(candidates.cpu(), tries, n).to(hidden.device), reduction="none", rows=rows)
 
     def stack(self, direction: int) -> LSTMStack:
         """The LSTM stack of one direction (0 forward, 1 backward)."""
