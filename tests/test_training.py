@@ -60,7 +60,15 @@ def test_resume_continues_exactly(text_slices, tmp_path, report):
     tensors = load_file(str(state_file))
     tensors["sampler_rng"] = tensors.pop("r0.sampler_rng")
     save_file(tensors, str(state_file))
+    # ... and so does one whose optimizer did not use the fused kernels (the saved groups say so)
+    groups_file = state_file.parent / "optimizer.json"
+    plain = json.loads(groups_file.read_text())
+    assert all(group["fused"] for group in plain["param_groups"])
+    for group in plain["param_groups"]:
+        group["fused"] = None
+    groups_file.write_text(json.dumps(plain))
     old = Trainer(config, [train], tmp_path / "b3", resume=tmp_path / "b", progress=False)
+    assert all(group["fused"] for group in old.optimizer.param_groups)
     assert [m["loss"] for m in old.train()] == part2
 
 

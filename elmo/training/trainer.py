@@ -143,9 +143,16 @@ class Trainer:
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.config.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.config.learning_rate)
-        return torch.optim.Adagrad(params, lr=self.config.learning_rate,
+            return torch.optim.Adam(params, lr=self.config.learning_rate, fused=self._fused_optimizer)
+        return torch.optim.Adagrad(params, lr=self.config.learning_rate, fused=self._fused_optimizer,
                                    initial_accumulator_value=self.config.initial_accumulator)
+
+    @property
+    def _fused_optimizer(self) -> bool | None:
+        """PyTorch's fused CPU kernels: one pass over each parameter instead of several (Adagrad over ship-cpu's
+        13.5 M parameters, most of them the softmax: 59-76 -> 25-30 ms a step; same values to float rounding).
+        Elsewhere PyTorch's default (fused Adagrad is CPU-only)."""
+        return True if self.device.type == "cpu" else None
 
     def _restore(self, checkpoint) -> None:
         trainer = checkpoint.trainer
@@ -158,6 +165,8 @@ class Trainer:
                              f"with the same training files (use --init-from to continue on new text)")
         if checkpoint.optimizer is not None:
             self.optimizer.load_state_dict(checkpoint.optimizer)
+            for group in self.optimizer.param_groups:  # the saved groups carry the kernel choice of their machine
+                group["fused"], group["foreach"] = self._fused_optimizer, None
         rank = self.env.rank
         for direction, batcher in enumerate(self.batchers):
             batcher.load_state_dict(trainer["data"][rank][direction])
