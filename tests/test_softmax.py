@@ -129,3 +129,23 @@ def test_one_gather_for_both_directions_gives_the_loss_and_gradients_of_the_real
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-6)
     assert float(results[0][1][20].abs().sum()) == 0.0  # a row no position or negative uses gets no gradient
+
+
+def test_positions_without_a_target_leave_the_sampled_loss_and_gradients_finite():
+    """A -1 target (no next token) must not reach the sampler's expected count: log Q(-1) is NaN, and NaN x 0 would
+    poison the loss and the rows of the gradient it touches."""
+    from elmo.data.chars import batch_to_ids
+    from elmo.training.lm import LanguageModel
+    from tests.conftest import micro_train_config
+
+    torch.manual_seed(0)
+    config = micro_train_config()
+    model = LanguageModel.from_config(config.model, 100)
+    ids = batch_to_ids([["a", "b", "c"], ["d", "e", "f"]])  # (2, 3, 50)
+    targets = torch.tensor([[5, 6, -1], [7, -1, 8]])
+    sampler = LogUniformSampler(100, seed=1)
+    samples = [sampler.sample(20) for _ in range(2)]
+    losses, _ = model((ids, targets), (ids, targets.flip(1)), model.zero_states(2), samples, sampler)
+    sum(losses).backward()
+    assert all(torch.isfinite(loss) for loss in losses)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -42,6 +42,11 @@ def test_vocabulary_files_are_read_like_every_text_file(tmp_path):
         Vocabulary.load(tmp_path / "bad.txt")
     (tmp_path / "plain.txt").write_text("\ufeffthe\n\nbank\n", encoding="utf-8")
     assert read_words(tmp_path / "plain.txt") == ["the", "bank"]  # a plain word list (--cache-vocab)
+    (tmp_path / "crlf.txt").write_bytes(b"the\r\nbank\r\n")
+    assert read_words(tmp_path / "crlf.txt") == ["the", "bank"]
+    (tmp_path / "cr.txt").write_bytes(b"the\rbank\r")  # old Mac line endings: not one word "the\rbank"
+    with pytest.raises(VocabError, match="line 1: a carriage return"):
+        read_words(tmp_path / "cr.txt")
 
 
 def test_english_tokenizer_ptb_style():

@@ -35,6 +35,9 @@ def read_words(path: str | Path) -> list[str]:
             word = line.strip()
             if not word:
                 continue
+            if "\r" in word:
+                raise VocabError(f"{path}, line {number}: a carriage return inside the line (old Mac line endings?); "
+                                 f"save the file with one word per line and \\n line endings")
             if word in seen:
                 raise VocabError(f"{path}, line {number}: {word!r} repeats line {seen[word]}; every word must "
                                  f"appear once")

@@ -21,7 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -31,9 +31,7 @@ from elmo.data.vocab import Vocabulary
 from elmo.io.atomic import atomic_path, new_file_mode
 from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
 from elmo.model.bilm import BiLM
-
-if TYPE_CHECKING:
-    from elmo.training.softmax import LMSoftmax
+from elmo.training.softmax import LMSoftmax
 
 TOKENIZER_FILE = "tokenizer.json"  # {"tokenize": "en"}: how the training text was split
 PREFIX = "step-"
@@ -194,8 +192,6 @@ def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Modul
 
 def load_language_model(path: str | Path) -> tuple[BiLM, LMSoftmax, Vocabulary]:
     """(bilm, softmax, vocab) from a checkpoint or an exported LM directory."""
-    from elmo.training.softmax import LMSoftmax
-
     root = Path(path)
     if not (root / "softmax.safetensors").is_file():
         if (root / "options.json").is_file() and not list_checkpoints(root):

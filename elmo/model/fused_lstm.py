@@ -8,16 +8,13 @@ refuses a model with clips unless ``allow_clips=True`` (then results differ wher
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from elmo.model.bilm import BiLM
 from elmo.model.lstm import ProjectedLSTMLayer, State
-
-if TYPE_CHECKING:
-    from elmo.model.bilm import BiLM
 
 
 class FusedLayer(nn.Module):

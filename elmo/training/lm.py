@@ -75,7 +75,7 @@ class LanguageModel(nn.Module):
         n = len(candidates)
         return self.softmax.sampled_loss(
             hidden, targets, candidates.to(hidden.device),
-            sampler.log_expected_count(targets.cpu(), tries, n).to(hidden.device),
+            sampler.log_expected_count(targets.clamp(min=0).cpu(), tries, n).to(hidden.device),  # -1: masked later
             sampler.log_expected_count(candidates.cpu(), tries, n).to(hidden.device), reduction="none", rows=rows)
 
     def stack(self, direction: int) -> LSTMStack:

@@ -149,10 +149,10 @@ class Trainer:
 
     @property
     def _fused_optimizer(self) -> bool | None:
-        """PyTorch's fused CPU kernels: one pass over each parameter instead of several (Adagrad over ship-cpu's
-        13.5 M parameters, most of them the softmax: 59-76 -> 25-30 ms a step; same values to float rounding).
-        Elsewhere PyTorch's default (fused Adagrad is CPU-only)."""
-        return True if self.device.type == "cpu" else None
+        """PyTorch's fused CPU kernels (torch 2.4 and later): one pass over each parameter instead of several (Adagrad
+        over ship-cpu's 13.5 M parameters, most of them the softmax: 59-76 -> 25-30 ms a step; same values to float
+        rounding). Elsewhere, and on older torch, PyTorch's default."""
+        return True if self.device.type == "cpu" and torch.__version__ >= "2.4" else None
 
     def _restore(self, checkpoint) -> None:
         trainer = checkpoint.trainer
@@ -164,9 +164,10 @@ class Trainer:
             raise ValueError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
                              f"with the same training files (use --init-from to continue on new text)")
         if checkpoint.optimizer is not None:
-            self.optimizer.load_state_dict(checkpoint.optimizer)
-            for group in self.optimizer.param_groups:  # the saved groups carry the kernel choice of their machine
-                group["fused"], group["foreach"] = self._fused_optimizer, None
+            # the saved groups carry the kernel choice of the machine that wrote them: this one's applies
+            groups = [{**group, "fused": self._fused_optimizer, "foreach": None}
+                      for group in checkpoint.optimizer["param_groups"]]
+            self.optimizer.load_state_dict({**checkpoint.optimizer, "param_groups": groups})
         rank = self.env.rank
         for direction, batcher in enumerate(self.batchers):
             batcher.load_state_dict(trainer["data"][rank][direction])
