@@ -54,8 +54,9 @@ def test_text_without_singletons_still_gives_a_finite_trigram_perplexity():
 
 
 def _textbook_kneser_ney(train: list[list[str]], vocab: Vocabulary):
-    """Interpolated KN trigram written from Chen & Goodman's definition with dictionaries (independent of the
-    vectorised module): raw trigram counts, continuation counts below, one D = n1 / (n1 + 2 n2) per order."""
+    """Interpolated modified KN trigram written from Chen & Goodman's definition with dictionaries (independent of
+    the vectorised module): raw trigram counts, continuation counts below, per order discounts D1, D2, D3+ from the
+    counts of counts (one D = n1 / (n1 + 2 n2) for all where those misbehave)."""
     from collections import Counter, defaultdict
 
     known = set(vocab.words)
@@ -63,9 +64,15 @@ def _textbook_kneser_ney(train: list[list[str]], vocab: Vocabulary):
     def padded(sentence):
         return ["<S>", "<S>"] + [w if w in known else "<UNK>" for w in sentence] + ["</S>"]
 
-    def discount(counts):
+    def discount(counts):  # count -> its discount: three of them (modified KN), or one for all if they misbehave
         n = Counter(counts)
-        return n[1] / (n[1] + 2 * n[2]) if n[1] else 0.5
+        if all(n[k] for k in (1, 2, 3, 4)):
+            y = n[1] / (n[1] + 2 * n[2])
+            d = {k: k - (k + 1) * y * n[k + 1] / n[k] for k in (1, 2, 3)}
+            if all(0 < d[k] <= k for k in d):
+                return lambda c: d[min(c, 3)] if c else 0.0
+        single = n[1] / (n[1] + 2 * n[2]) if n[1] else 0.5
+        return lambda c: single if c else 0.0
 
     trigrams = defaultdict(Counter)  # (u, v) -> w -> c(uvw)
     for s in map(padded, train):
@@ -79,21 +86,23 @@ def _textbook_kneser_ney(train: list[list[str]], vocab: Vocabulary):
     levels = [(trigrams, discount([c for f in trigrams.values() for c in f.values()])),
               (bigrams, discount([c for f in bigrams.values() for c in f.values()]))]
     d1, total1 = discount(list(unigrams.values())), sum(unigrams.values())
+    mass1 = sum(d1(c) for c in unigrams.values())
 
     def prob(u, v, w):
-        p = max(unigrams[w] - d1, 0) / total1 + d1 * len(unigrams) / total1 / len(vocab)
+        p = max(unigrams[w] - d1(unigrams[w]), 0) / total1 + mass1 / total1 / len(vocab)
         for (table, d), history in zip(levels[::-1], (v, (u, v))):
             if history in table:
                 following = table[history]
                 n = sum(following.values())
-                p = max(following[w] - d, 0) / n + d * len(following) / n * p
+                p = max(following[w] - d(following[w]), 0) / n + sum(map(d, following.values())) / n * p
         return p
 
     return lambda sentence: [math.log(prob(u, v, w)) for u, v, w in zip(*(padded(sentence)[i:] for i in range(3)))]
 
 
 def test_kneser_ney_equals_a_textbook_implementation(text_slices):
-    """Every log-probability, on a hand-made corpus (unseen words and contexts) and on a slice of real text."""
+    """Every log-probability, on a hand-made corpus (unseen words and contexts; too small for three discounts) and on
+    a slice of real text (three discounts per order)."""
     train_file, dev_file, vocab_file = text_slices
     read = lambda p, n: [line.split() for line in p.read_text(encoding="utf-8").splitlines()[:n] if line.split()]
     cases = [(TRAIN, [["the", "cat", "ran"], ["a", "fish", "sat", "on", "a", "dog"], ["unseen", "the"]],

@@ -1,4 +1,4 @@
-"""Count-based baselines for perplexity: an add-one unigram and an interpolated Kneser-Ney trigram.
+"""Count-based baselines for perplexity: an add-one unigram and an interpolated modified Kneser-Ney trigram.
 
 They use the biLM's vocabulary (out-of-vocabulary words are ``<UNK>``) and count what the biLM's perplexity counts:
 every word and the closing boundary of each sentence, n + 1 predictions (the backward model reads sentences
@@ -48,11 +48,17 @@ class UnigramLM:
 
 
 class KneserNeyTrigram:
-    """Interpolated Kneser-Ney (Chen & Goodman) with one absolute discount per order, D = n1 / (n1 + 2 n2).
+    """Interpolated modified Kneser-Ney (Chen & Goodman 1998; KenLM's default): per order three discounts, for
+    counts of 1, 2 and 3 or more, D_k = k - (k + 1) Y n_{k+1} / n_k with Y = n1 / (n1 + 2 n2) (n_k: how many
+    n-grams of the order have count k). With D(c) the discount of count c (D(0) = 0) and the mass a history
+    gives away, gamma(h) = sum over the words seen after h of D(count) / the history's total:
 
-    p3(w|u,v) = max(c(uvw) - D3, 0) / c(uv.) + D3 N1+(uv.) / c(uv.) * p2(w|v)          (p2 if c(uv.) = 0)
-    p2(w|v)   = max(N1+(.vw) - D2, 0) / N1+(.v.) + D2 N1+(v.) / N1+(.v.) * p1(w)       (continuation counts)
-    p1(w)     = max(N1+(.w) - D1, 0) / N1+(..) + D1 |{w: N1+(.w) > 0}| / N1+(..) / V
+    p3(w|u,v) = max(c(uvw) - D3(c), 0) / c(uv.) + gamma3(uv) p2(w|v)                 (p2 if c(uv.) = 0)
+    p2(w|v)   = max(N1+(.vw) - D2(N), 0) / N1+(.v.) + gamma2(v) p1(w)                 (continuation counts)
+    p1(w)     = max(N1+(.w) - D1(N), 0) / N1+(..) + gamma1 / V
+
+    Where the counts of counts do not give three discounts in (0, k] (small or duplicated text), one discount
+    D = n1 / (n1 + 2 n2) (0.5 without singletons) serves every count: plain interpolated Kneser-Ney.
     """
 
     def __init__(self, ids: np.ndarray, mask: np.ndarray, vocab_size: int) -> None:
@@ -61,23 +67,24 @@ class KneserNeyTrigram:
         keys = (ids[positions - 2] * V + ids[positions - 1]) * V + ids[positions]
         self.tri, tri_counts = np.unique(keys, return_counts=True)  # sorted distinct (u, v, w), c(uvw)
         self.tri_counts = tri_counts.astype(np.float64)
-        self.d3 = _discount(tri_counts)
+        self.d3 = _discounts(tri_counts)  # (4,) D(0), D(1), D(2), D(3+)
         contexts = self.tri // V  # (u, v) of each distinct trigram
         self.ctx, first = np.unique(contexts, return_index=True)
         self.ctx_total = np.add.reduceat(self.tri_counts, first)  # c(uv.)
-        self.ctx_types = np.diff(np.append(first, len(self.tri))).astype(np.float64)  # N1+(uv.)
+        self.ctx_mass = np.add.reduceat(self.d3[np.minimum(tri_counts, 3)], first)  # sum of D3(c(uvw)) over w
 
         self.bi, bi_cont = np.unique(self.tri % (V * V), return_counts=True)  # distinct (v, w), N1+(.vw)
         self.bi_cont = bi_cont.astype(np.float64)
-        self.d2 = _discount(bi_cont)
+        self.d2 = _discounts(bi_cont)
         self.mid, first = np.unique(self.bi // V, return_index=True)
         self.mid_total = np.add.reduceat(self.bi_cont, first)  # N1+(.v.)
-        self.mid_types = np.diff(np.append(first, len(self.bi))).astype(np.float64)  # N1+(v.)
+        self.mid_mass = np.add.reduceat(self.d2[np.minimum(bi_cont, 3)], first)
 
-        uni_cont = np.bincount(self.bi % V, minlength=V).astype(np.float64)  # N1+(.w)
-        self.d1 = _discount(uni_cont[uni_cont > 0].astype(np.int64))
-        total = uni_cont.sum()
-        self.p1 = np.maximum(uni_cont - self.d1, 0) / total + self.d1 * (uni_cont > 0).sum() / total / V
+        uni_cont = np.bincount(self.bi % V, minlength=V)  # N1+(.w)
+        self.d1 = _discounts(uni_cont[uni_cont > 0])
+        discount = self.d1[np.minimum(uni_cont, 3)]  # (V,) 0 for words never seen
+        total = float(uni_cont.sum())
+        self.p1 = np.maximum(uni_cont - discount, 0) / total + discount.sum() / total / V
 
     def log_probs(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         V = self.V
@@ -89,25 +96,34 @@ class KneserNeyTrigram:
         bi_i, bi_found = _lookup(self.bi, v * V + w)
         cont = np.where(bi_found, self.bi_cont[bi_i], 0.0)
         total = np.where(mid_found, self.mid_total[mid_i], 1.0)
-        types = np.where(mid_found, self.mid_types[mid_i], 0.0)
-        p = np.where(mid_found, np.maximum(cont - self.d2, 0) / total + self.d2 * types / total * p, p)
+        mass = np.where(mid_found, self.mid_mass[mid_i], 0.0)
+        p = np.where(mid_found, np.maximum(cont - self.d2[np.minimum(cont, 3).astype(np.int64)], 0) / total
+                     + mass / total * p, p)
         # trigram level
         ctx_i, ctx_found = _lookup(self.ctx, u * V + v)
         tri_i, tri_found = _lookup(self.tri, (u * V + v) * V + w)
         count = np.where(tri_found, self.tri_counts[tri_i], 0.0)
         total = np.where(ctx_found, self.ctx_total[ctx_i], 1.0)
-        types = np.where(ctx_found, self.ctx_types[ctx_i], 0.0)
-        p = np.where(ctx_found, np.maximum(count - self.d3, 0) / total + self.d3 * types / total * p, p)
+        mass = np.where(ctx_found, self.ctx_mass[ctx_i], 0.0)
+        p = np.where(ctx_found, np.maximum(count - self.d3[np.minimum(count, 3).astype(np.int64)], 0) / total
+                     + mass / total * p, p)
         return np.log(p)
 
     def perplexity(self, ids: np.ndarray, mask: np.ndarray) -> float:
         return math.exp(-float(self.log_probs(ids, mask).mean()))
 
 
-def _discount(counts: np.ndarray) -> float:
-    n1, n2 = int((counts == 1).sum()), int((counts == 2).sum())
+def _discounts(counts: np.ndarray) -> np.ndarray:
+    """(4,): the discount of a count of 0 (none), 1, 2 and 3 or more, from the counts of counts."""
+    n1, n2, n3, n4 = (int((counts == k).sum()) for k in (1, 2, 3, 4))
+    if n1 and n2 and n3 and n4:
+        y = n1 / (n1 + 2 * n2)
+        modified = np.array([0.0, 1 - 2 * y * n2 / n1, 2 - 3 * y * n3 / n2, 3 - 4 * y * n4 / n3])
+        if all(0 < modified[k] <= k for k in (1, 2, 3)):
+            return modified
     # No singletons (tiny or duplicated text) would give D = 0: no mass for unseen continuations, infinite perplexity.
-    return n1 / (n1 + 2 * n2) if n1 else 0.5
+    single = n1 / (n1 + 2 * n2) if n1 else 0.5
+    return np.array([0.0, single, single, single])
 
 
 def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
