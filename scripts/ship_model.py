@@ -105,8 +105,9 @@ vocabulary is used in training only and is not shipped). Stored as float16 safet
 Full-softmax perplexity of the forward and backward LMs over the {len(vocab):,}-word vocabulary (out-of-vocabulary
 words count as `<UNK>`, for the LM and the baselines alike; the forward direction predicts each word and `</S>`, the
 backward one each word and `<S>`); "mean" is the geometric mean of the two directions. As in training (and bilm-tf's
-evaluation), each batch row reads its sentences as one stream, its state carried from one sentence to the next. The baselines are trained on the same training text with the same
-vocabulary. Measured on the float32 checkpoint before the float16 rounding. Command:
+evaluation), each batch row reads its sentences as one stream, its state carried from one sentence to the next. The baselines — an add-one unigram model and an
+interpolated modified Kneser-Ney trigram model (three discounts per order) — are trained on the same training text
+with the same vocabulary. Measured on the float32 checkpoint before the float16 rounding. Command:
 
 ```
 {args.eval_command}
