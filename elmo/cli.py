@@ -234,19 +234,20 @@ def cmd_baselines(args: argparse.Namespace) -> None:
     from elmo.data.corpus import SentenceSource, expand_files
     from elmo.data.vocab import Vocabulary
     from elmo.text.tokenize import get_tokenizer
-    from elmo.training.baselines import baseline_perplexities
+    from elmo.training.baselines import baseline_perplexities_of_sets
 
     tokenizer = get_tokenizer(args.tokenize)
     read = lambda files: list(_sentences(SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False)))
     vocab = Vocabulary.load(args.vocab)
+    sets = [read([name]) for name in args.eval]  # read first: a bad held-out file fails before the long counting
+    for name, evaluate in zip(args.eval, sets):
+        if not any(evaluate):
+            raise ValueError(f"{name}: no words to evaluate (empty or blank text)")
     train = read(args.train)
     if not any(train):
         raise ValueError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
-    for name in args.eval:
-        evaluate = read([name])
-        if not any(evaluate):
-            raise ValueError(f"{name}: no words to evaluate (empty or blank text)")
-        for result in baseline_perplexities(vocab, train, evaluate):
+    for name, results in zip(args.eval, baseline_perplexities_of_sets(vocab, train, sets)):
+        for result in results:
             print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "
                   f"mean {result.mean:9.2f}")
 

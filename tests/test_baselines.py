@@ -114,3 +114,16 @@ def test_kneser_ney_equals_a_textbook_implementation(text_slices):
         textbook = _textbook_kneser_ney(train, vocab)
         expected = np.array([lp for sentence in evaluate for lp in textbook(sentence)])
         assert ours.shape == expected.shape and np.abs(ours - expected).max() < 1e-9
+
+
+def test_several_held_out_sets_score_as_each_alone(text_slices):
+    """`elmo baselines --eval A B C` trains each direction's models once for all the sets."""
+    from elmo.training.baselines import baseline_perplexities_of_sets
+
+    train, dev, vocab_file = text_slices
+    vocab = Vocabulary.load(vocab_file)
+    lines = [line.split() for line in dev.read_text(encoding="utf-8").splitlines() if line.split()]
+    sets = [lines[:40], lines[40:60], lines[:5]]
+    together = baseline_perplexities_of_sets(vocab, [line.split() for line in train.read_text().splitlines()], sets)
+    alone = [baseline_perplexities(vocab, [line.split() for line in train.read_text().splitlines()], s) for s in sets]
+    assert together == alone and len({r[1].forward for r in together}) == 3

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -147,12 +147,21 @@ class BaselineResult:
 
 def baseline_perplexities(vocab: Vocabulary, train: Iterable[list[str]], evaluate: list[list[str]]) -> list[BaselineResult]:
     """Unigram and KN-trigram perplexities of ``evaluate``, each direction trained on ``train``."""
+    return baseline_perplexities_of_sets(vocab, train, [evaluate])[0]
+
+
+def baseline_perplexities_of_sets(vocab: Vocabulary, train: Iterable[list[str]],
+                                  sets: Sequence[list[list[str]]]) -> list[list[BaselineResult]]:
+    """``baseline_perplexities`` of several held-out sets, the models of each direction trained once for all."""
     train = list(train)
-    results = {"unigram": [], "kn-trigram": []}
+    results = [{"unigram": [], "kn-trigram": []} for _ in sets]
     for reverse in (False, True):
         ids, mask = sentence_ids(vocab, train, reverse)
-        test_ids, test_mask = sentence_ids(vocab, evaluate, reverse)
-        results["unigram"].append(UnigramLM.fit(ids, mask, len(vocab)).perplexity(test_ids, test_mask))
-        results["kn-trigram"].append(KneserNeyTrigram(ids, mask, len(vocab)).perplexity(test_ids, test_mask))
+        unigram, trigram = UnigramLM.fit(ids, mask, len(vocab)), KneserNeyTrigram(ids, mask, len(vocab))
         del ids, mask
-    return [BaselineResult(name, *values) for name, values in results.items()]
+        for evaluate, result in zip(sets, results):
+            test_ids, test_mask = sentence_ids(vocab, evaluate, reverse)
+            result["unigram"].append(unigram.perplexity(test_ids, test_mask))
+            result["kn-trigram"].append(trigram.perplexity(test_ids, test_mask))
+        del unigram, trigram
+    return [[BaselineResult(name, *values) for name, values in result.items()] for result in results]
