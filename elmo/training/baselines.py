@@ -65,22 +65,11 @@ class KneserNeyTrigram:
         V = self.V = vocab_size
         positions = np.nonzero(mask)[0]
         keys = (ids[positions - 2] * V + ids[positions - 1]) * V + ids[positions]
-        self.tri, tri_counts = np.unique(keys, return_counts=True)  # sorted distinct (u, v, w), c(uvw)
-        self.tri_counts = tri_counts.astype(np.float64)
-        self.d3 = _discounts(tri_counts)  # (4,) D(0), D(1), D(2), D(3+)
-        contexts = self.tri // V  # (u, v) of each distinct trigram
-        self.ctx, first = np.unique(contexts, return_index=True)
-        self.ctx_total = np.add.reduceat(self.tri_counts, first)  # c(uv.)
-        self.ctx_mass = np.add.reduceat(self.d3[np.minimum(tri_counts, 3)], first)  # sum of D3(c(uvw)) over w
-
-        self.bi, bi_cont = np.unique(self.tri % (V * V), return_counts=True)  # distinct (v, w), N1+(.vw)
-        self.bi_cont = bi_cont.astype(np.float64)
-        self.d2 = _discounts(bi_cont)
-        self.mid, first = np.unique(self.bi // V, return_index=True)
-        self.mid_total = np.add.reduceat(self.bi_cont, first)  # N1+(.v.)
-        self.mid_mass = np.add.reduceat(self.d2[np.minimum(bi_cont, 3)], first)
-
-        uni_cont = np.bincount(self.bi % V, minlength=V)  # N1+(.w)
+        trigrams, counts = np.unique(keys, return_counts=True)  # sorted distinct (u, v, w), c(uvw)
+        self.trigram = _Level.of(trigrams, counts, V)
+        bigrams, continuations = np.unique(trigrams % (V * V), return_counts=True)  # distinct (v, w), N1+(.vw)
+        self.bigram = _Level.of(bigrams, continuations, V)
+        uni_cont = np.bincount(bigrams % V, minlength=V)  # N1+(.w)
         self.d1 = _discounts(uni_cont[uni_cont > 0])
         discount = self.d1[np.minimum(uni_cont, 3)]  # (V,) 0 for words never seen
         total = float(uni_cont.sum())
@@ -90,27 +79,42 @@ class KneserNeyTrigram:
         V = self.V
         positions = np.nonzero(mask)[0]
         u, v, w = ids[positions - 2], ids[positions - 1], ids[positions]
-        p = self.p1[w]
-        # bigram level
-        mid_i, mid_found = _lookup(self.mid, v)
-        bi_i, bi_found = _lookup(self.bi, v * V + w)
-        cont = np.where(bi_found, self.bi_cont[bi_i], 0.0)
-        total = np.where(mid_found, self.mid_total[mid_i], 1.0)
-        mass = np.where(mid_found, self.mid_mass[mid_i], 0.0)
-        p = np.where(mid_found, np.maximum(cont - self.d2[np.minimum(cont, 3).astype(np.int64)], 0) / total
-                     + mass / total * p, p)
-        # trigram level
-        ctx_i, ctx_found = _lookup(self.ctx, u * V + v)
-        tri_i, tri_found = _lookup(self.tri, (u * V + v) * V + w)
-        count = np.where(tri_found, self.tri_counts[tri_i], 0.0)
-        total = np.where(ctx_found, self.ctx_total[ctx_i], 1.0)
-        mass = np.where(ctx_found, self.ctx_mass[ctx_i], 0.0)
-        p = np.where(ctx_found, np.maximum(count - self.d3[np.minimum(count, 3).astype(np.int64)], 0) / total
-                     + mass / total * p, p)
-        return np.log(p)
+        p = self.bigram.interpolate(v, v * V + w, self.p1[w])
+        return np.log(self.trigram.interpolate(u * V + v, (u * V + v) * V + w, p))
 
     def perplexity(self, ids: np.ndarray, mask: np.ndarray) -> float:
         return math.exp(-float(self.log_probs(ids, mask).mean()))
+
+
+@dataclass
+class _Level:
+    """One order above the unigrams: its distinct n-grams (sorted keys, history * V + word) with their counts (raw
+    for trigrams, continuation counts for bigrams), and per history the total count and the mass it gives away."""
+
+    keys: np.ndarray  # (K,) sorted
+    counts: np.ndarray  # (K,) float64
+    discounts: np.ndarray  # (4,) D(0), D(1), D(2), D(3+)
+    histories: np.ndarray  # (H,) sorted
+    totals: np.ndarray  # (H,) the history's total count
+    masses: np.ndarray  # (H,) sum of D(count) over the words seen after the history
+
+    @classmethod
+    def of(cls, keys: np.ndarray, counts: np.ndarray, V: int) -> "_Level":
+        discounts = _discounts(counts)
+        histories, first = np.unique(keys // V, return_index=True)
+        counts = counts.astype(np.float64)
+        masses = np.add.reduceat(discounts[np.minimum(counts, 3).astype(np.int64)], first)
+        return cls(keys, counts, discounts, histories, np.add.reduceat(counts, first), masses)
+
+    def interpolate(self, history: np.ndarray, key: np.ndarray, lower: np.ndarray) -> np.ndarray:
+        """max(c - D(c), 0) / total + mass / total * lower where the history was seen, else ``lower``."""
+        h, seen = _lookup(self.histories, history)
+        k, found = _lookup(self.keys, key)
+        count = np.where(found, self.counts[k], 0.0)
+        total = np.where(seen, self.totals[h], 1.0)
+        mass = np.where(seen, self.masses[h], 0.0)
+        discount = self.discounts[np.minimum(count, 3).astype(np.int64)]
+        return np.where(seen, np.maximum(count - discount, 0) / total + mass / total * lower, lower)
 
 
 def _discounts(counts: np.ndarray) -> np.ndarray:

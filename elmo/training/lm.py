@@ -57,26 +57,28 @@ class LanguageModel(nn.Module):
                 per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
             else:
                 directions = targets.chunk(2)
+                candidates = [c.to(targets.device) for c, _ in samples]
                 # every softmax row the step needs (both directions' targets and negatives) in one gather
-                rows = self.softmax.gather([ids for t, (c, _) in zip(directions, samples)
-                                            for ids in (t, c.to(t.device))])
-                per_position = torch.cat([self._sampled(h, t, sample, sampler, rows[2 * d : 2 * d + 2])  # (N,) each
-                                          for d, (h, t, sample) in enumerate(zip(hidden_all.chunk(2), directions,
-                                                                                 samples))])
+                rows = self.softmax.gather([ids for t, c in zip(directions, candidates) for ids in (t, c)])
+                per_position = torch.cat([self._sampled(h, t, c, sample, sampler, rows[2 * d : 2 * d + 2])  # (N,)
+                                          for d, (h, t, c, sample) in enumerate(zip(hidden_all.chunk(2), directions,
+                                                                                    candidates, samples))])
         valid = targets.ge(0).float()
         halves = per_position.mul(valid).view(2, -1).sum(1) / valid.view(2, -1).sum(1).clamp(min=1)
         return [halves[0], halves[1]], new_states
 
-    def _sampled(self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, int],
-                 sampler: LogUniformSampler, rows: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def _sampled(self, hidden: torch.Tensor, targets: torch.Tensor, candidates: torch.Tensor,
+                 sample: tuple[torch.Tensor, int], sampler: LogUniformSampler,
+                 rows: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Per-position sampled-softmax loss (N,) of one direction's hidden states (N, P) against its negatives
-        (``rows``: the softmax rows of its targets and negatives, ``LMSoftmax.gather``)."""
-        candidates, tries = sample
-        n = len(candidates)
+        (``candidates``: the sample's ids on the hidden states' device; ``rows``: the softmax rows of its targets and
+        negatives, ``LMSoftmax.gather``)."""
+        drawn, tries = sample  # the sampler's own (CPU) copy of the ids
+        n = len(drawn)
         return self.softmax.sampled_loss(
-            hidden, targets, candidates.to(hidden.device),
+            hidden, targets, candidates,
             sampler.log_expected_count(targets.clamp(min=0).cpu(), tries, n).to(hidden.device),  # -1: masked later
-            sampler.log_expected_count(candidates.cpu(), tries, n).to(hidden.device), reduction="none", rows=rows)
+            sampler.log_expected_count(drawn, tries, n).to(hidden.device), reduction="none", rows=rows)
 
     def stack(self, direction: int) -> LSTMStack:
         """The LSTM stack of one direction (0 forward, 1 backward)."""
