@@ -187,6 +187,34 @@ def test_layer_norm_in_half_precision_stays_finite():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("make_optimizer", [
+    lambda params: torch.optim.SGD(params, lr=0.5),
+    lambda params: torch.optim.Adagrad(params, lr=0.5, fused=True),  # the trainer's choice on a CPU
+    lambda params: torch.optim.Adam(params, lr=0.5, fused=True),
+], ids=["sgd", "fused-adagrad", "fused-adam"])
+def test_inference_after_training_steps_sees_the_new_weights(make_optimizer):
+    """Fused optimisers update the weights without bumping PyTorch's version counter, which keys the inference
+    caches (pre-packed LSTM matrices, remembered token vectors): a forward pass under autograd drops them."""
+    bilm = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)  # large enough to pre-pack
+    ids = batch_to_ids(BATCH)
+    with torch.no_grad():
+        before = bilm(ids).layers  # fills the caches
+    optimizer = make_optimizer(bilm.parameters())
+    for _ in range(2):
+        optimizer.zero_grad()
+        bilm(ids).layers[-1].pow(2).mean().backward()
+        optimizer.step()
+    with torch.no_grad():
+        got = bilm(ids).layers
+    fresh = random_bilm(small_config(dim=2048, projection_dim=512), seed=5)
+    fresh.load_state_dict(bilm.state_dict())
+    with torch.no_grad():
+        expected = fresh(ids).layers
+    assert not torch.allclose(before[-1], expected[-1], atol=1e-3)  # the steps did change the model
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 def test_a_token_cache_is_dropped_once_training_changes_the_weights():
     """The cache is read only without autograd: after an optimiser step a no_grad pass would use stale vectors."""
     bilm = random_bilm(small_config())

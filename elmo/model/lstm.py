@@ -152,6 +152,8 @@ class ProjectedLSTMLayer(nn.Module):
         x: (B, T, In); batch_sizes[t] = rows still running at step t (non-increasing); state (h (B, P), c (B, C)).
         Returns the outputs (B, T, P), zero where a row has ended, and each row's state after its last step.
         """
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            self.clear_cache()  # training: fused optimisers update weights without bumping their version counter
         h, c = state
         # the real positions only, time-major: step t's rows are the contiguous slice offsets[t] : offsets[t] + n_t
         running = torch.tensor(batch_sizes, dtype=torch.long)  # (T,) rows still running at each step
