@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,6 @@ DATA = ROOT.parent / "shared" / "data"
 def write_text_slice(path: Path, start: int, count: int) -> Path:
     """Lines start .. start+count of nlp-corpus, tokenised with the English tokenizer, one sentence per line."""
     import gzip
-    from itertools import islice
 
     from elmo.text.tokenize import english_tokenize
 
@@ -93,6 +93,35 @@ def write_text_slice(path: Path, start: int, count: int) -> Path:
         lines = [" ".join(english_tokenize(line)) for line in islice(f, start, start + count)]
     path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
     return path
+
+
+def write_review_slice(path: Path, reviews: int) -> Path:
+    """The sentences of the first ``reviews`` IMDB reviews, tokenised as scripts/prepare_english.py does."""
+    import gzip
+    import json
+
+    from elmo.text.sentences import split_sentences
+    from elmo.text.tokenize import english_tokenize
+
+    with gzip.open(DATA / "en" / "imdb" / "reviews.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = [" ".join(english_tokenize(sentence)) for review in islice(f, reviews)
+                 for sentence in split_sentences(json.loads(review)["text"])]
+    path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def review_slices(tmp_path_factory):
+    """Running text as the shipped English model trains on it (the sentences of 600 IMDB reviews), the first 300
+    lines of the 1B Word held-out dev set, and a vocabulary of every word of the training slice."""
+    from elmo.data.vocab import Vocabulary
+
+    root = tmp_path_factory.mktemp("reviews")
+    train = write_review_slice(root / "train.txt", 600)
+    with (DATA / "en" / "1b-heldout" / "dev.tokens").open(encoding="utf-8") as f:
+        (root / "dev.txt").write_text("".join(islice(f, 300)), encoding="utf-8")
+    Vocabulary.build(line.split() for line in train.open(encoding="utf-8")).save(root / "vocab.txt")
+    return train, root / "dev.txt", root / "vocab.txt"
 
 
 @pytest.fixture(scope="session")

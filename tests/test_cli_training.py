@@ -87,7 +87,7 @@ def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
     base = ["train", str(train), "--vocab", str(tmp_path / "vocab.txt"), "--out", str(tmp_path / "r"), "--quiet"]
     for changes, key in (({"checkpoint_every": 0}, "checkpoint_every"), ({"log_every": 0}, "log_every"),
                          ({"unroll_steps": 0}, "unroll_steps"), ({"learning_rate": "0.1"}, "learning_rate"),
-                         ({"dropout": 1.5}, "dropout")):
+                         ({"dropout": 1.5}, "dropout"), ({"zero_state_share": 1.5}, "zero_state_share")):
         assert main([*base, "--config", _micro_toml(tmp_path / "bad.toml", **changes)]) == 2
         err = capsys.readouterr().err
         assert key in err and len(err.strip().splitlines()) == 1, err

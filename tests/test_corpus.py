@@ -32,6 +32,20 @@ def test_one_row_stream_targets_are_the_next_token(tmp_path):
     assert first.tokens == 4
 
 
+def test_each_batch_marks_the_rows_whose_window_begins_a_sentence(tmp_path):
+    """The trainer starts some of those rows from the zero state, as inference starts every sentence."""
+    for reverse, first_input in ((False, "<S>"), (True, "</S>")):
+        batcher, vocab = _setup(tmp_path, reverse=reverse)
+        batches = [batcher.next_batch() for _ in range(4)]
+        # windows: <S> a b c | <S> d e <S> | f g h i | <S> j <S> k (reversed: </S> c b a | ...)
+        assert [bool(b.starts[0]) for b in batches] == [True, True, False, True]
+        assert all(_words(b, vocab)[0][0][0] == first_input for b in batches if b.starts[0])
+    (tmp_path / "t.txt").write_text("a b c d e f\n", encoding="utf-8")  # a one-pass row that runs dry
+    batcher = LMBatcher(SentenceSource([tmp_path / "t.txt"], shuffle=False, loop=False), vocab, 2, 4)
+    assert batcher.next_batch().starts.tolist() == [True, False]  # row 1 has no text at all
+    assert batcher.next_batch().starts.tolist() == [False, False]
+
+
 def test_backward_stream_reads_sentences_reversed(tmp_path):
     batcher, vocab = _setup(tmp_path, reverse=True)
     assert _words(batcher.next_batch(), vocab) == ([["</S>", "c", "b", "a"]], [["c", "b", "a", "<S>"]])

@@ -180,6 +180,7 @@ class LMBatch:
     char_ids: torch.Tensor  # (B, T, W) inputs
     targets: torch.Tensor  # (B, T) next-token ids, -1 where a row has no more text (one-pass sources only)
     tokens: int  # real targets in the batch
+    starts: torch.Tensor | None = None  # (B,) bool: the row's window begins with a sentence's first token
 
 
 class LMBatcher:
@@ -235,12 +236,15 @@ class LMBatcher:
         inputs = [[""] * self.steps for _ in range(batch)]
         targets = [[-1] * self.steps for _ in range(batch)]  # one tensor at the end: per-row tensors cost more
         real = 0
+        starts = [len(c) <= 1 for c in self.current]
         for row in range(batch):
             pos = 0
             while pos < self.steps:
                 if len(self.current[row]) <= 1:  # only the final boundary left: it is never an input
                     sentence = self._next_sentence(row)
                     if sentence is None:
+                        if pos == 0:  # a one-pass source ran out: no text in this row
+                            starts[row] = False
                         break
                     self.current[row] = sentence
                 stream = self.current[row]
@@ -262,4 +266,4 @@ class LMBatcher:
             flat.extend(word_to_char_ids(w, self.width) if w else empty)
         table = torch.frombuffer(flat, dtype=torch.int16).view(len(distinct), self.width).long()  # (U, W)
         ids = table[index].view(batch, self.steps, self.width)  # (B, T, W)
-        return LMBatch(ids, torch.tensor(targets), real)  # (B, T, W), (B, T)
+        return LMBatch(ids, torch.tensor(targets), real, torch.tensor(starts))  # (B, T, W), (B, T), (B,)

@@ -30,6 +30,7 @@ class TrainConfig:
     initial_accumulator: float = 1.0  # Adagrad's starting accumulator
     clip_norm: float = 10.0  # global gradient-norm clip, applied to the gradient of loss x unroll_steps
     dropout: float = 0.1  # on every LSTM layer's input and on the top output before the softmax
+    zero_state_share: float = 1.0  # of the rows whose window begins a sentence: the share that starts it from zeros
     max_steps: int | None = None  # stop after this many batches (None: until max_minutes or forever)
     max_minutes: float | None = None  # stop after this much wall time
     checkpoint_every: int = 1250  # batches between checkpoints
@@ -76,6 +77,9 @@ class TrainConfig:
             raise ConfigError(f"{source}: tokenize must be one of {', '.join(TOKENIZER_NAMES)}, got {self.tokenize!r}")
         if self.optimizer not in ("adagrad", "adam"):
             raise ConfigError(f"{source}: optimizer must be 'adagrad' or 'adam', got {self.optimizer!r}")
+        if not 0 <= self.zero_state_share <= 1:
+            raise ConfigError(f"{source}: training key 'zero_state_share' must be in [0, 1], got "
+                              f"{self.zero_state_share!r}")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"{source}: training key 'dropout' must be in [0, 1), got {self.dropout!r}")
 

@@ -203,6 +203,7 @@ class Trainer:
             self._warn_if_mostly_unknown(batches[0])
         module = self.ddp or self.model
         previous_states = self.states
+        self.states = self._zero_some_sentence_starts(batches)
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
         # one set of negatives per direction, as bilm-tf's one sampled_softmax_loss call per direction
         samples = [self.sampler.sample(n_neg) for _ in range(2)] if n_neg < len(self.vocab) else None
@@ -225,6 +226,19 @@ class Trainer:
         self.optimizer.step()
         self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in self.states]
         return metrics
+
+    def _zero_some_sentence_starts(self, batches: list[LMBatch]) -> list:
+        """The carried states, with a random ``zero_state_share`` of the rows whose window begins a sentence set to
+        zeros: inference starts every sentence from zeros, a state training otherwise visits only at step 1."""
+        share = self.config.zero_state_share
+        if share == 0:
+            return self.states
+        states = []
+        for batch, direction in zip(batches, self.states):
+            fresh = batch.starts & (torch.rand(len(batch.starts)) < share)  # (B,)
+            keep = (~fresh).to(self.device, torch.float32).unsqueeze(1)  # (B, 1)
+            states.append([(h * keep, c * keep) for h, c in direction])
+        return states
 
     def _skip_bad_batch(self, previous_states: list) -> None:
         """A NaN/inf loss or gradient: drop the update, keep the states from before the batch, stop if it persists."""
