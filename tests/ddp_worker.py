@@ -19,8 +19,9 @@ def main() -> None:
     train, vocab, out, rows, steps = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     minutes, late = (float(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 6 else (None, 0.0)
     negatives = {"n_negative_samples": int(os.environ["NEGATIVES"])} if "NEGATIVES" in os.environ else {}
+    zero_starts = {"zero_state_share": float(os.environ["ZERO_SHARE"])} if "ZERO_SHARE" in os.environ else {}
     config = micro_train_config(batch_size=rows, max_steps=steps or None, max_minutes=minutes, dropout=0.0,
-                                **negatives)
+                                **negatives, **zero_starts)
     trainer = Trainer(config, [train], out / "run", vocab=Vocabulary.load(vocab), progress=False)
     if trainer.env.rank == 1:
         time.sleep(late)  # this rank's clock starts later: --max-minutes runs out for rank 0 first

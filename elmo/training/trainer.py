@@ -123,13 +123,14 @@ class Trainer:
         # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
         self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
 
-        rows = config.batch_size * self.env.world  # the global batch
-        mine = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)
+        self.global_rows = config.batch_size * self.env.world  # the global batch
+        self.rows = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)  # this rank's
         files = expand_files(files)
         self.files = [str(f) for f in files]
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
-                                     chunk_size=config.chunk_size), vocab, rows, config.unroll_steps, mine,
+                                     chunk_size=config.chunk_size), vocab, self.global_rows, config.unroll_steps,
+                      self.rows,
                       reverse=bool(direction), width=config.model.char_cnn.max_characters_per_token)
             for direction in (0, 1)
         ]
@@ -229,13 +230,18 @@ class Trainer:
 
     def _zero_some_sentence_starts(self, batches: list[LMBatch]) -> list:
         """The carried states, with a random ``zero_state_share`` of the rows whose window begins a sentence set to
-        zeros: inference starts every sentence from zeros, a state training otherwise visits only at step 1."""
+        zeros: inference starts every sentence from zeros, a state training otherwise visits only at step 1.
+
+        The draw depends only on the seed, the step and the row's place in the global batch: every rank draws the
+        same numbers (so the run equals one process with the whole batch), and a resumed run draws them again."""
         share = self.config.zero_state_share
         if share == 0:
             return self.states
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + self.step)
+        draws = torch.rand(2, self.global_rows, generator=generator)[:, self.rows[0] : self.rows[1]]  # (2, B)
         states = []
-        for batch, direction in zip(batches, self.states):
-            fresh = batch.starts & (torch.rand(len(batch.starts)) < share)  # (B,)
+        for batch, direction, draw in zip(batches, self.states, draws):
+            fresh = batch.starts & (draw < share)  # (B,)
             keep = (~fresh).to(self.device, torch.float32).unsqueeze(1)  # (B, 1)
             states.append([(h * keep, c * keep) for h, c in direction])
         return states
