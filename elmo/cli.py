@@ -179,14 +179,18 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     from elmo.data.vocab import UNKNOWN_SHARE_WARNING
     from elmo.io.checkpoint import load_language_model, recorded_tokenizer
     from elmo.text.tokenize import get_tokenizer
-    from elmo.training.evaluate import perplexity
+    from elmo.training.evaluate import perplexity, zero_state_perplexity
     from elmo.training.lm import LanguageModel
 
     bilm, softmax, vocab = load_language_model(args.model)
     model = LanguageModel(bilm, softmax).to(args.device)
     tokenizer = get_tokenizer(args.tokenize or recorded_tokenizer(args.model))  # as the model's text was split
-    result = perplexity(model, vocab, args.files, tokenizer, batch_size=args.batch_size,
-                        max_sentences=args.max_sentences, progress=not args.quiet)
+    if args.zero_state:
+        result = zero_state_perplexity(model, vocab, args.files, tokenizer, max_sentences=args.max_sentences,
+                                       progress=not args.quiet)
+    else:
+        result = perplexity(model, vocab, args.files, tokenizer, batch_size=args.batch_size,
+                            max_sentences=args.max_sentences, progress=not args.quiet)
     share = result.unknown / result.tokens
     print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
           f"mean {result.mean:.2f}  unknown {100 * share:.1f}%")
@@ -396,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_count, default=64,
                    help="rows; each reads its sentences as one stream, state carried from sentence to sentence as in "
                         "training, so the figure moves a little with it (compare runs at the same value)")
+    p.add_argument("--zero-state", action="store_true",
+                   help="read every sentence on its own from the zero state, as embedding does (--batch-size unused)")
     p.add_argument("--max-sentences", type=_count)
     p.add_argument("--tokenize", default=None, help="default: the tokenizer the model was trained with")
     p.add_argument("--device", default="cpu")

@@ -36,6 +36,13 @@ def test_vocab_train_resume_perplexity_score_substitutes_export(text_slices, tmp
     assert main(["perplexity", run, str(dev), "--quiet", "--max-sentences", "50"]) == 0
     out = capsys.readouterr().out
     assert "forward" in out and "backward" in out and "mean" in out
+    # 50 sentences in 64 rows: one each, every one from the zero state; in 4 rows the state carries
+    assert main(["perplexity", run, str(dev), "--quiet", "--max-sentences", "50", "--batch-size", "4"]) == 0
+    carried = capsys.readouterr().out
+    assert main(["perplexity", run, str(dev), "--quiet", "--max-sentences", "50", "--zero-state"]) == 0
+    zero = capsys.readouterr().out
+    assert zero.split()[:4] == out.split()[:4] and zero.split()[:2] == carried.split()[:2]
+    assert zero.split()[3] != carried.split()[3]
     assert main(["score", run, "the film was good .", "good was film the ."]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
     assert main(["substitutes", run, "the film was good .", "3", "-k", "3"]) == 0

@@ -11,7 +11,7 @@ import torch
 from elmo.data.vocab import Vocabulary
 from elmo.io.checkpoint import load_language_model
 from elmo.training.config import TrainConfig
-from elmo.training.evaluate import perplexity, score
+from elmo.training.evaluate import perplexity, score, zero_state_perplexity
 from elmo.training.lm import LanguageModel
 from elmo.training.trainer import Trainer
 from tests.conftest import micro_train_config
@@ -22,16 +22,6 @@ def _ppl(trainer, dev):
     result = perplexity(model, trainer.vocab, [dev], batch_size=16)
     model.train()
     return result
-
-
-def _zero_state_perplexity(trainer, dev) -> tuple[float, float]:
-    """Each direction's perplexity with every sentence from the zero state, as `Embedder` runs them."""
-    sentences = [line.split() for line in Path(dev).read_text(encoding="utf-8").splitlines() if line.strip()]
-    model = trainer.model.eval()
-    scores = score(model.bilm, model.softmax, trainer.vocab, sentences)
-    model.train()
-    n = sum(len(s) + 1 for s in sentences)
-    return math.exp(-sum(f for f, _ in scores) / n), math.exp(-sum(b for _, b in scores) / n)
 
 
 def test_tiny_preset_halves_held_out_perplexity_in_both_directions(review_slices, tmp_path, report):
@@ -46,7 +36,9 @@ def test_tiny_preset_halves_held_out_perplexity_in_both_directions(review_slices
     before = _ppl(trainer, dev)
     trainer.train()
     after = _ppl(trainer, dev)
-    zero_forward, zero_backward = _zero_state_perplexity(trainer, dev)
+    zero = zero_state_perplexity(trainer.model, trainer.vocab, [dev])
+    trainer.model.train()
+    zero_forward, zero_backward = zero.forward, zero.backward
     report(f"tiny, 200 batches x 16 rows: held-out perplexity fwd / bwd: before {before.forward:.0f} / "
            f"{before.backward:.0f}; after {after.forward:.0f} / {after.backward:.0f} (carried state), "
            f"{zero_forward:.0f} / {zero_backward:.0f} (each sentence from the zero state)")
@@ -149,6 +141,22 @@ def test_export_load_embed_round_trip_and_score_matches_perplexity(text_slices, 
     assert alone.tokens == among.tokens == 401
     assert math.isclose(alone.forward, among.forward, rel_tol=1e-6)
     assert math.isclose(alone.backward, among.backward, rel_tol=1e-6)
+
+    # from the zero state: the same as each sentence in a run of its own (a file of one line, one row)
+    lines = train.read_text(encoding="utf-8").splitlines()[:5]
+    (tmp_path / "five.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    each = []
+    for i, line in enumerate(lines):
+        (tmp_path / f"line{i}.txt").write_text(line + "\n", encoding="utf-8")
+        each.append(perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / f"line{i}.txt"], batch_size=1,
+                               unroll_steps=500))
+    zero = zero_state_perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / "five.txt"])
+    carried = perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / "five.txt"], batch_size=1)
+    assert zero.tokens == carried.tokens == sum(p.tokens for p in each) and zero.unknown == carried.unknown
+    for direction in ("forward", "backward"):
+        pooled = math.exp(sum(p.tokens * math.log(getattr(p, direction)) for p in each) / zero.tokens)
+        assert math.isclose(getattr(zero, direction), pooled, rel_tol=1e-5)
+        assert not math.isclose(getattr(carried, direction), pooled, rel_tol=1e-4)  # one row: the state carries
 
     dump_token_embeddings(bilm, vocab_file, tmp_path / "tok.hdf5")
     import h5py

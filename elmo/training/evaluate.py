@@ -82,6 +82,32 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
 
 
 @torch.inference_mode()
+def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Path],
+                          tokenizer: Callable[[str], list[str]] = str.split, max_sentences: int | None = None,
+                          progress: bool = False) -> Perplexity:
+    """Full-softmax perplexity of each direction with every sentence read on its own from the zero state: the text
+    as embedding reads it (``Embedder``'s default), where ``perplexity`` reads it as training does (state carried
+    from sentence to sentence). A model fine on a carried state and poor from zeros gives poor embeddings."""
+    model.eval()
+    source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences)
+    totals, count, unknown = [0.0, 0.0], 0, 0
+    bar = tqdm(unit="tok", disable=not progress, desc="perplexity from the zero state")
+    while (chunk := source.next_chunk()) is not None:
+        chunk = sorted(chunk, key=len)  # batches of similar lengths: little padding
+        for forward, backward in score(model.bilm, model.softmax, vocab, chunk):
+            totals[0] -= forward
+            totals[1] -= backward
+        tokens = sum(len(s) + 1 for s in chunk)  # every word and </S> (forward), every word and <S> (backward)
+        count += tokens
+        unknown += sum(vocab.id(w) == vocab.unk for s in chunk for w in s)
+        bar.update(tokens)
+    bar.close()
+    if count == 0:
+        raise ValueError("no text to evaluate: the files hold no non-empty line")
+    return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown)
+
+
+@torch.inference_mode()
 def direction_log_probs(bilm: BiLM, softmax: LMSoftmax,
                         sentences: Sequence[Sequence[str]]) -> tuple[BiLMOutput, torch.Tensor, torch.Tensor]:
     """Per-position log-probabilities over the vocabulary, each sentence from the zero state.
