@@ -180,7 +180,7 @@ class LMBatch:
     char_ids: torch.Tensor  # (B, T, W) inputs
     targets: torch.Tensor  # (B, T) next-token ids, -1 where a row has no more text (one-pass sources only)
     tokens: int  # real targets in the batch
-    starts: torch.Tensor | None = None  # (B,) bool: the row's window begins with a sentence's first token
+    starts: torch.Tensor  # (B,) bool: the row's window begins with a sentence's first token
 
 
 class LMBatcher:

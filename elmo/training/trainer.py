@@ -241,9 +241,8 @@ class Trainer:
         draws = torch.rand(2, self.global_rows, generator=generator)[:, self.rows[0] : self.rows[1]]  # (2, B)
         states = []
         for batch, direction, draw in zip(batches, self.states, draws):
-            fresh = batch.starts & (draw < share)  # (B,)
-            keep = (~fresh).to(self.device, torch.float32).unsqueeze(1)  # (B, 1)
-            states.append([(h * keep, c * keep) for h, c in direction])
+            fresh = (batch.starts & (draw < share)).to(self.device).unsqueeze(1)  # (B, 1)
+            states.append([(h.masked_fill(fresh, 0.0), c.masked_fill(fresh, 0.0)) for h, c in direction])
         return states
 
     def _skip_bad_batch(self, previous_states: list) -> None:
