@@ -1,10 +1,11 @@
 """Pretraining the biLM: one explicit loop (setup, train, checkpoint, resume), single process or DDP under torchrun.
 
 Per batch: the forward rows and the backward rows (independent streams) each run through their LSTM stack from the
-states their rows ended in (or from zeros, for rows whose window begins a sentence: ``zero_state_share``); the softmax shared by both directions scores the targets of each direction against
-that direction's own sampled negatives (shared by its positions; each rank draws its own); loss = (forward + backward) / 2; the gradient of loss x unroll_steps is clipped to a global norm and
-applied by Adagrad (TRAINING.md). Every random draw comes from saved generators, so a resumed run continues
-exactly where the checkpoint left off.
+states their rows ended in (or from zeros, for rows whose window begins a sentence: ``zero_state_share``); the
+softmax shared by both directions scores the targets of each direction against that direction's own sampled
+negatives (shared by its positions; each rank draws its own); loss = (forward + backward) / 2; the gradient of
+loss x unroll_steps is clipped to a global norm and applied by Adagrad (TRAINING.md). Every random draw comes from
+saved generators or from (seed, step), so a resumed run continues exactly where the checkpoint left off.
 """
 
 from __future__ import annotations
