@@ -1,5 +1,7 @@
 """The downstream ``Elmo`` module: frozen biLM, scalar mixes, projection readout, boundaries, layer norm."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -187,14 +189,16 @@ def test_layer_norm_in_half_precision_stays_finite():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("inference_before_step", [False, True])
 @pytest.mark.parametrize("make_optimizer", [
     lambda params: torch.optim.SGD(params, lr=0.5),
     lambda params: torch.optim.Adagrad(params, lr=0.5, fused=True),  # the trainer's choice on a CPU
     lambda params: torch.optim.Adam(params, lr=0.5, fused=True),
 ], ids=["sgd", "fused-adagrad", "fused-adam"])
-def test_inference_after_training_steps_sees_the_new_weights(make_optimizer):
-    """Fused optimisers update the weights without bumping PyTorch's version counter, which keys the inference
-    caches (pre-packed LSTM matrices, remembered token vectors): a forward pass under autograd drops them."""
+def test_inference_after_training_steps_sees_the_new_weights(make_optimizer, inference_before_step):
+    """Fused optimisers update the weights without bumping PyTorch's version counter; the inference caches
+    (pre-packed LSTM matrices, remembered token vectors) count optimiser steps too, whatever runs between the
+    backward pass and the step (a validation pass there fills the caches with the weights about to change)."""
     bilm = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)  # large enough to pre-pack
     ids = batch_to_ids(BATCH)
     with torch.no_grad():
@@ -203,6 +207,9 @@ def test_inference_after_training_steps_sees_the_new_weights(make_optimizer):
     for _ in range(2):
         optimizer.zero_grad()
         bilm(ids).layers[-1].pow(2).mean().backward()
+        if inference_before_step:
+            with torch.no_grad():
+                bilm(ids)
         optimizer.step()
     with torch.no_grad():
         got = bilm(ids).layers
@@ -213,6 +220,19 @@ def test_inference_after_training_steps_sees_the_new_weights(make_optimizer):
     assert not torch.allclose(before[-1], expected[-1], atol=1e-3)  # the steps did change the model
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_pass_under_autograd_without_an_optimiser_step_keeps_the_token_cache():
+    """Gradients alone (attribution, a forgotten no_grad) change no weight: the cache stays, without a warning."""
+    bilm = random_bilm(small_config())
+    bilm.cache_tokens(["The", "bank", "closed", "A", "river"])
+    ids = batch_to_ids(BATCH)
+    bilm(ids).layers[-1].sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            bilm(ids)
+    assert bilm.char_encoder.token_cache is not None
 
 
 def test_a_token_cache_is_dropped_once_training_changes_the_weights():

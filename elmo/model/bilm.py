@@ -81,14 +81,14 @@ class BiLM(nn.Module):
 
     def clear_caches(self) -> None:
         """Drop what inference derives from the weights (the remembered token vectors and the LSTMs' pre-packed
-        matrices); both are rebuilt on the next call. They already follow every normal weight update
-        (``load_state_dict`` and in-place ops, which PyTorch's version counter sees; optimiser steps, because every
-        forward pass under autograd drops them: fused optimisers do not bump that counter); call this after editing
-        weights through ``.data``, which the counter does not see either."""
+        matrices); both are rebuilt on the next call. They already follow every normal weight update (optimiser
+        steps, fused ones included, ``load_state_dict``, in-place ops under ``no_grad``: ``weights_version``); call
+        this after editing weights through ``.data``, which none of those sees."""
         self.char_encoder.forget_tokens()
         for stack in (self.forward_stack, self.backward_stack):
             for layer in stack.layers:
-                layer.clear_cache()
+                if hasattr(layer, "clear_cache"):  # a FusedLayer (``use_fused_lstm``) keeps no cache
+                    layer.clear_cache()
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""

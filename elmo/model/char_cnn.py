@@ -10,6 +10,7 @@ from torch import nn
 
 from elmo.config import CharCNNConfig
 from elmo.model.token_cache import TokenMemo
+from elmo.model.weight_updates import weights_version
 
 MEMO_WORDS = 32_768  # words whose token vectors inference remembers (P floats each: 64 MB at P = 512)
 
@@ -96,16 +97,8 @@ class CharEncoder(nn.Module):
         return module
 
     def weights_key(self) -> tuple:
-        """Changes whenever a parameter is replaced or updated in place (an optimiser step, a load_state_dict)."""
-        return tuple((p.data_ptr(), p._version) for p in self.parameters())
-
-    def _weights_may_change(self) -> None:
-        """A forward pass under autograd: an optimiser step may follow, and fused optimisers (``fused=True``) update
-        the weights without bumping the version counter that ``weights_key`` reads. What was derived from these
-        weights is forgotten now (the memo) or checked against them as stale (the token cache)."""
-        self._memos, self._memo_weights = {}, None
-        if self.token_cache is not None:
-            self.token_cache.weights_key = ("trained",)
+        """Changes whenever a parameter is replaced, updated in place or stepped by an optimiser (fused ones too)."""
+        return tuple(weights_version(p) for p in self.parameters())
 
     def _memo(self, key: tuple) -> TokenMemo:
         """The memo for the weights ``key`` (``weights_key()``) and matmul precision (one per precision, so switching
@@ -118,8 +111,6 @@ class CharEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
         """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
-            self._weights_may_change()
         if self.matmul_dtype is not None and char_ids.device.type == "cpu":
             with torch.autocast("cpu", dtype=self.matmul_dtype):
                 return self._forward(char_ids, trim).float()

@@ -24,6 +24,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from elmo.model.lstm_sequence import LayerSequence
 from elmo.model.packed import AutogradRightMultiplier, Int8RightMultiplier, RightMultiplier, right_multiplier
+from elmo.model.weight_updates import weights_version
 
 State = tuple[torch.Tensor, torch.Tensor]  # (h (B, P), c (B, C)) of one layer
 Multiplier = RightMultiplier | Int8RightMultiplier | AutogradRightMultiplier
@@ -89,7 +90,7 @@ class ProjectedLSTMLayer(nn.Module):
         params = (self.weight_ih, self.weight_hh, self.weight_proj)
         if torch.is_grad_enabled():
             return tuple(AutogradRightMultiplier(p) for p in params)  # type: ignore[return-value]
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params) + (self.matmul_dtype,)
+        key = tuple((*weights_version(p), p.dtype, p.device) for p in params) + (self.matmul_dtype,)
         if getattr(self, "_cache_key", None) != key:
             self._cached = None  # free the old copies before making new ones
             with torch.no_grad():
@@ -152,8 +153,6 @@ class ProjectedLSTMLayer(nn.Module):
         x: (B, T, In); batch_sizes[t] = rows still running at step t (non-increasing); state (h (B, P), c (B, C)).
         Returns the outputs (B, T, P), zero where a row has ended, and each row's state after its last step.
         """
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
-            self.clear_cache()  # training: fused optimisers update weights without bumping their version counter
         h, c = state
         # the real positions only, time-major: step t's rows are the contiguous slice offsets[t] : offsets[t] + n_t
         running = torch.tensor(batch_sizes, dtype=torch.long)  # (T,) rows still running at each step
