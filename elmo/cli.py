@@ -398,8 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="checkpoint, run directory or exported LM directory")
     p.add_argument("files", nargs="+")
     p.add_argument("--batch-size", type=_count, default=64,
-                   help="rows; each reads its sentences as one stream, state carried from sentence to sentence as in "
-                        "training, so the figure moves a little with it (compare runs at the same value)")
+                   help="rows; each reads its sentences as one stream, state carried from sentence to sentence (as "
+                        "bilm-tf evaluates), so the figure moves a little with it (compare runs at the same value)")
     p.add_argument("--zero-state", action="store_true",
                    help="read every sentence on its own from the zero state, as embedding does (--batch-size unused)")
     p.add_argument("--max-sentences", type=_count)

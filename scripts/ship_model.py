@@ -53,7 +53,8 @@ def table(rows: list[dict]) -> str:
              + ("| ELMo mean, each sentence from zeros " if zero else "") + "| unigram | KN trigram | beats both |",
              "|---|---:|---:|---:|---:|" + ("---:|" if zero else "") + "---:|---:|:---:|"]
     for r in rows:
-        beats = "yes" if max(r["mean"], r.get("zero_state", 0)) < min(r["unigram"], r["kn-trigram"]) else "no"
+        worst = max(r["mean"], r["zero_state"]) if zero else r["mean"]
+        beats = "yes" if worst < min(r["unigram"], r["kn-trigram"]) else "no"
         lines.append(f"| {r['set']} | {r['tokens']:,} | {r['forward']:.1f} | {r['backward']:.1f} | {r['mean']:.1f} "
                      + (f"| {r['zero_state']:.1f} " if zero else "")
                      + f"| {r['unigram']:.1f} | {r['kn-trigram']:.1f} | {beats} |")

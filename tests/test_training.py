@@ -81,6 +81,15 @@ def test_resume_continues_exactly(text_slices, tmp_path, report):
     old = Trainer(config, [train], tmp_path / "b3", resume=tmp_path / "b", progress=False)
     assert all(group["fused"] for group in old.optimizer.param_groups)
     assert [m["loss"] for m in old.train()] == part2
+    # a checkpoint written before zero_state_share existed resumes as its run trained: every state carried
+    config_file = state_file.parent / "train_config.json"
+    recorded = json.loads(config_file.read_text())
+    assert recorded["train"].pop("zero_state_share") == 0.5
+    config_file.write_text(json.dumps(recorded))
+    older = Trainer(config, [train], tmp_path / "b4", resume=tmp_path / "b", progress=False)
+    assert older.config.zero_state_share == 0.0
+    adapted = Trainer(config, [train], tmp_path / "b5", init_from=tmp_path / "b", progress=False)
+    assert adapted.config.zero_state_share == 0.5  # a new run from those weights takes the config given
 
 
 def test_checkpoints_keep_the_last_k(text_slices, tmp_path):

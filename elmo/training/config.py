@@ -103,6 +103,13 @@ class TrainConfig:
         return resumed
 
     @classmethod
+    def from_checkpoint(cls, data: dict[str, Any], source: str = "checkpoint") -> "TrainConfig":
+        """A checkpoint's recorded config. A setting added after the checkpoint was written takes the value its run
+        trained with (``ADDED_LATER``), not today's default: a resumed run continues as it was trained."""
+        train = {**ADDED_LATER, **data.get("train", {})}
+        return cls.from_dict({**data, "train": train}, source=source)
+
+    @classmethod
     def load(cls, name_or_path: str | Path) -> "TrainConfig":
         """A preset name (tiny, small-cpu, small, medium, original) or a .toml / .json file."""
         path = Path(name_or_path)
@@ -123,6 +130,8 @@ class TrainConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+# settings added after the first checkpoints were written -> the behaviour of runs from before them
+ADDED_LATER: dict[str, Any] = {"zero_state_share": 0.0}  # bilm-tf's way: every sentence continues the carried state
 # settings a resumed run may change (the rest must match the checkpoint)
 RUN_SETTINGS = ("max_steps", "max_minutes", "checkpoint_every", "keep_checkpoints", "log_every", "max_bad_steps")
 _NUMBER = (int, float)
@@ -132,5 +141,6 @@ _RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, 
     "dropout": (_NUMBER, 0, False), "max_steps": (int, 0, False), "max_minutes": (_NUMBER, 0, False),
     "checkpoint_every": (int, 1, False), "keep_checkpoints": (int, 1, False), "log_every": (int, 1, False),
     "seed": (int, 0, False), "chunk_size": (int, 1, False), "max_bad_steps": (int, 1, False),
+    "zero_state_share": (_NUMBER, 0, False),
 }
 _OPTIONAL = {"max_steps", "max_minutes"}  # None: no limit

@@ -41,7 +41,8 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                max_sentences: int | None = None, progress: bool = False) -> Perplexity:
     """Full-softmax perplexity of each direction over the files, one pass, state carried from batch to batch.
 
-    Each row is a stream of whole sentences, as in training; out-of-vocabulary targets count as ``<UNK>``.
+    Each row is a stream of whole sentences, as in training (and bilm-tf's evaluation), its state carried from one
+    sentence to the next; out-of-vocabulary targets count as ``<UNK>``. ``zero_state_perplexity``: as embedding reads.
     """
     model.eval()
     device = model.softmax.weight.device
@@ -86,8 +87,8 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
                           tokenizer: Callable[[str], list[str]] = str.split, max_sentences: int | None = None,
                           progress: bool = False) -> Perplexity:
     """Full-softmax perplexity of each direction with every sentence read on its own from the zero state: the text
-    as embedding reads it (``Embedder``'s default), where ``perplexity`` reads it as training does (state carried
-    from sentence to sentence). A model fine on a carried state and poor from zeros gives poor embeddings."""
+    as embedding reads it (``Embedder``'s default), where ``perplexity`` carries the state from one sentence to the
+    next. A model fine on a carried state and poor from zeros gives poor embeddings."""
     model.eval()
     source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences)
     totals, count, unknown = [0.0, 0.0], 0, 0

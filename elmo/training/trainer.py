@@ -35,6 +35,9 @@ from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LogUniformSampler
 
 
+_ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
+
+
 @dataclass
 class Distributed:
     rank: int = 0
@@ -95,7 +98,7 @@ class Trainer:
             raise ValueError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
                              f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
         if resume:
-            saved = TrainConfig.from_dict(checkpoint.train_config, source=str(checkpoint.path))
+            saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
             config = saved.resumed(given if given is not None else
                                    {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
         if init_from and config.tokenize is None:  # adapting to new text: split it as the model's own text was
@@ -204,8 +207,8 @@ class Trainer:
         if not self._checked_unknown:
             self._warn_if_mostly_unknown(batches[0])
         module = self.ddp or self.model
-        previous_states = self.states
         self.states = self._zero_some_sentence_starts(batches)
+        previous_states = self.states  # a skipped batch leaves its rows where this batch began
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
         # one set of negatives per direction, as bilm-tf's one sampled_softmax_loss call per direction
         samples = [self.sampler.sample(n_neg) for _ in range(2)] if n_neg < len(self.vocab) else None
@@ -238,7 +241,7 @@ class Trainer:
         share = self.config.zero_state_share
         if share == 0:
             return self.states
-        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + self.step)
+        generator = torch.Generator().manual_seed(_ZERO_STATE_STREAM + self.config.seed * 1_000_003 + self.step)
         draws = torch.rand(2, self.global_rows, generator=generator)[:, self.rows[0] : self.rows[1]]  # (2, B)
         states = []
         for batch, direction, draw in zip(batches, self.states, draws):
