@@ -136,7 +136,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from elmo.training.trainer import Trainer
 
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_size": args.batch_size,
-             "seed": args.seed, "checkpoint_every": args.checkpoint_every,
+             "seed": args.seed, "checkpoint_every": args.checkpoint_every, "zero_state_share": args.zero_state_share,
              "tokenize": None if args.tokenize in ("whitespace", "none") else args.tokenize}
     loaded = TrainConfig.load(args.config or "tiny")
     config = loaded.replace(**flags)
@@ -386,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_count, help="rows per process")
     p.add_argument("--checkpoint-every", type=_count)
     p.add_argument("--seed", type=int)
+    p.add_argument("--zero-state-share", type=float,
+                   help="of the rows whose window begins a sentence, the share started from zeros, as inference "
+                        "starts every sentence (default 1; 0: bilm-tf's way); may change on --resume")
     p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with "
                                                     "the model, kept on resume and --init-from, used by embed, show "
                                                     "and perplexity")

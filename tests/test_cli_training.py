@@ -88,6 +88,10 @@ def test_resume_takes_new_run_limits_and_refuses_settings_it_cannot_change(text_
     # the same --config as the run's own is accepted
     assert main([*common, "--resume", str(run), "--max-steps", str(steps[-1] + 1), "--config",
                  str(tmp_path / "micro.toml")]) == 0
+    # zero-state sentence starts may change on a resume (a run from before the setting can take it up)
+    assert main([*common, "--resume", str(run), "--max-steps", str(steps[-1] + 2), "--zero-state-share", "0.25"]) == 0
+    newest = max(run.glob("step-*"))
+    assert json.loads((newest / "train_config.json").read_text())["train"]["zero_state_share"] == 0.25
 
 
 def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
@@ -104,6 +108,9 @@ def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
         assert key in err and len(err.strip().splitlines()) == 1, err
     assert main([*base, "--batch-size", "0"]) == 2
     assert "--batch-size" in capsys.readouterr().err
+    assert main([*base, "--zero-state-share", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "zero_state_share" in err and len(err.strip().splitlines()) == 1, err
     (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
     assert main(["baselines", str(tmp_path / "vocab.txt"), "--train", str(tmp_path / "empty.txt"), "--eval",
                  str(train)]) == 2

@@ -133,7 +133,8 @@ class TrainConfig:
 # settings added after the first checkpoints were written -> the behaviour of runs from before them
 ADDED_LATER: dict[str, Any] = {"zero_state_share": 0.0}  # bilm-tf's way: every sentence continues the carried state
 # settings a resumed run may change (the rest must match the checkpoint)
-RUN_SETTINGS = ("max_steps", "max_minutes", "checkpoint_every", "keep_checkpoints", "log_every", "max_bad_steps")
+RUN_SETTINGS = ("max_steps", "max_minutes", "checkpoint_every", "keep_checkpoints", "log_every", "max_bad_steps",
+                "zero_state_share")
 _NUMBER = (int, float)
 _RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, whether the bound itself is excluded)
     "batch_size": (int, 1, False), "unroll_steps": (int, 1, False), "n_negative_samples": (int, 1, False),
