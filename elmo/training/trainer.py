@@ -134,8 +134,7 @@ class Trainer:
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
                                      chunk_size=config.chunk_size), vocab, self.global_rows, config.unroll_steps,
-                      self.rows,
-                      reverse=bool(direction), width=config.model.char_cnn.max_characters_per_token)
+                      self.rows, reverse=bool(direction), width=config.model.char_cnn.max_characters_per_token)
             for direction in (0, 1)
         ]
         self.states = self.model.zero_states(config.batch_size, self.device)
