@@ -14,7 +14,7 @@
 # MINUTES: training time of each model; OUT: logs, metrics and evaluation reports. Environment: DEVICE (cuda),
 # CONFIG (ship-cpu), BATCH (256 rows), PYTHON (python3); DEVICE=cpu CONFIG=tiny runs the whole pipeline as a check.
 # It trains from scratch and overwrites elmo/models/{en,ko}: keep the result only if OUT/{en,ko}-eval.txt beat the
-# models already shipped (their cards: CPU-trained en 1B dev 213.6, ko NSMC 188.5 as of 2026-11-30).
+# models already shipped (their cards: CPU-trained en 1B dev 207.6, ko NSMC 167.7 as of 2026-11-30).
 set -uo pipefail
 data=$1 minutes=$2 out=$3
 export PYTHONUNBUFFERED=1
@@ -42,6 +42,7 @@ evaluate() {  # lang files...
   for f in "$@"; do
     echo "== $f"
     $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --batch-size 128 --quiet
+    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --quiet --zero-state  # as embedding reads
   done
   echo "== baselines (trained on runs/data/$lang/train.txt.gz, the same text)"
   cat "$data/baselines-$lang.txt"
@@ -55,7 +56,7 @@ ship() {  # lang
   $py scripts/ship_model.py "runs/$1-gpu" --name "$1" --eval-report "$out/$1-eval.txt" \
       --data "$(cat "$data/$1-data.md")" --tokenisation "$(cat "$data/$1-tok.md")" --hardware "$hardware" \
       --train-command "scripts/train_ship_gpu.sh DATA $minutes OUT   # runs: elmo train runs/$1-train.txt --config $config --vocab $1-vocab.txt --batch-size $batch --max-minutes $minutes --device $device" \
-      --eval-command "elmo perplexity runs/$1-gpu FILE --device $device; elmo baselines (scripts/evaluate_lm.sh)"
+      --eval-command "elmo perplexity runs/$1-gpu FILE --device $device [--zero-state]; elmo baselines (scripts/evaluate_lm.sh)"
 }
 ship en > "$out/en-ship.log" 2>&1
 ship ko > "$out/ko-ship.log" 2>&1

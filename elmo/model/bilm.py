@@ -87,8 +87,7 @@ class BiLM(nn.Module):
         self.char_encoder.forget_tokens()
         for stack in (self.forward_stack, self.backward_stack):
             for layer in stack.layers:
-                if hasattr(layer, "clear_cache"):  # a FusedLayer (``use_fused_lstm``) keeps no cache
-                    layer.clear_cache()
+                layer.clear_cache()
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""

@@ -32,6 +32,9 @@ class FusedLayer(nn.Module):
             self.lstm.weight_hr_l0.copy_(layer.weight_proj)
         self.lstm.to(layer.weight_ih.dtype)
 
+    def clear_cache(self) -> None:
+        """Nothing to drop: ``nn.LSTM`` reads its own weights on every call (``BiLM.clear_caches`` calls this)."""
+
     def forward(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
         h, c = state
         running = torch.tensor(batch_sizes, dtype=torch.long)  # (T,) rows still running at each step
