@@ -137,6 +137,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_size": args.batch_size,
              "seed": args.seed, "checkpoint_every": args.checkpoint_every, "zero_state_share": args.zero_state_share,
+             "freeze_bilm_steps": args.freeze_bilm_steps,
              "tokenize": None if args.tokenize in ("whitespace", "none") else args.tokenize}
     loaded = TrainConfig.load(args.config or "tiny")
     config = loaded.replace(**flags)
@@ -380,7 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", help="vocabulary file (from `elmo vocab build`)")
     p.add_argument("--out", required=True, help="run directory: checkpoints and metrics.jsonl")
     p.add_argument("--resume", help="continue exactly from a checkpoint (or the newest in a run directory)")
-    p.add_argument("--init-from", help="start from a checkpoint's weights and vocabulary on new text")
+    p.add_argument("--init-from", help="start a new run from these weights: a checkpoint, run or exported folder "
+                                       "(its softmax and vocabulary too), or any biLM without a softmax (en, ko, "
+                                       "original, a model folder, options.json + .hdf5): then give --vocab")
+    p.add_argument("--freeze-bilm-steps", type=int,
+                   help="first batches that train only the softmax (default 1000 for a new softmax over --init-from "
+                        "weights, else 0)")
     p.add_argument("--max-steps", type=_count)
     p.add_argument("--max-minutes", type=float)
     p.add_argument("--batch-size", type=_count, help="rows per process")

@@ -20,8 +20,9 @@ def main() -> None:
     minutes, late = (float(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 6 else (None, 0.0)
     negatives = {"n_negative_samples": int(os.environ["NEGATIVES"])} if "NEGATIVES" in os.environ else {}
     zero_starts = {"zero_state_share": float(os.environ["ZERO_SHARE"])} if "ZERO_SHARE" in os.environ else {}
+    frozen = {"freeze_bilm_steps": int(os.environ["FREEZE"])} if "FREEZE" in os.environ else {}
     config = micro_train_config(batch_size=rows, max_steps=steps or None, max_minutes=minutes, dropout=0.0,
-                                **negatives, **zero_starts)
+                                **negatives, **zero_starts, **frozen)
     trainer = Trainer(config, [train], out / "run", vocab=Vocabulary.load(vocab), progress=False)
     if trainer.env.rank == 1:
         time.sleep(late)  # this rank's clock starts later: --max-minutes runs out for rank 0 first

@@ -15,12 +15,13 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 
 def test_two_processes_match_one(text_slices, tmp_path, report):
     """With the full softmax (no sampled negatives: each process draws its own, as bilm-tf's towers do), two
-    processes of 3 rows train exactly as one of 6, including which rows start a sentence from the zero state."""
+    processes of 3 rows train exactly as one of 6, including which rows start a sentence from the zero state and
+    the first steps with the biLM frozen (its weights get no gradient there, which DDP must be told)."""
     train, _, vocab = text_slices
     steps = 10
     two, one = tmp_path / "two", tmp_path / "one"
     two.mkdir(), one.mkdir()
-    full = {**os.environ, "NEGATIVES": "1000000", "ZERO_SHARE": "0.5"}
+    full = {**os.environ, "NEGATIVES": "1000000", "ZERO_SHARE": "0.5", "FREEZE": "3"}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                     str(WORKER), str(train), str(vocab), str(two), "3", str(steps)], check=True, timeout=300,
                    capture_output=True, env=full)

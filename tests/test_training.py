@@ -246,7 +246,7 @@ def test_rows_whose_window_begins_a_sentence_start_it_from_zeros(text_slices, tm
         for batcher in trainer.batchers:
             batcher.next_batch = (lambda original: lambda: batches.append(original()) or batches[-1])(batcher.next_batch)
         model_forward = trainer.model.forward
-        trainer.model.forward = lambda f, b, states, *rest: states_in.append(states) or model_forward(f, b, states, *rest)
+        trainer.model.forward = lambda f, b, states, *rest, **kw: states_in.append(states) or model_forward(f, b, states, *rest, **kw)
         started = carried = 0
         for _ in range(12):
             trainer.states = [[(torch.ones_like(h), torch.ones_like(c)) for h, c in d] for d in trainer.states]
@@ -283,3 +283,69 @@ def test_score_in_batches_and_position_chunks_matches_the_whole_distribution(tex
         assert math.isclose(got[row][0], want_f, rel_tol=1e-5) and math.isclose(got[row][1], want_b, rel_tol=1e-5)
     bilm.stateful = True  # a stateful model is scored from the zero state too, batch after batch
     assert score(bilm, softmax, vocab, sentences) == got and bilm.stateful
+
+
+def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def test_init_from_a_bilm_without_softmax_learns_a_new_softmax_over_it_first(text_slices, tmp_path, capsys):
+    """Published ELMo weights hold no softmax: a new run from them needs a vocabulary, and keeps the biLM frozen for
+    ``freeze_bilm_steps`` batches while its new softmax learns; then everything trains."""
+    from elmo.cli import main
+    from elmo.io.checkpoint import write_tokenizer_record
+    from elmo.io.native import save_model
+
+    train, dev, vocab_file = text_slices
+    vocab = Vocabulary.load(vocab_file)
+    base = Trainer(micro_train_config(max_steps=3, tokenize="en"), [train], tmp_path / "base", vocab=vocab,
+                   progress=False)
+    base.train()
+    bilm_only = save_model(base.model.bilm, tmp_path / "bilm")  # config.json + model.safetensors, no softmax
+    write_tokenizer_record(bilm_only, "en")  # as `elmo export` and the shipped models record it
+    with pytest.raises(ValueError, match="without a softmax.*--vocab"):
+        Trainer(micro_train_config(), [dev], tmp_path / "x", init_from=bilm_only, progress=False)
+    assert Trainer(micro_train_config(), [dev], tmp_path / "y", init_from=bilm_only, vocab=vocab,
+                   progress=False).config.freeze_bilm_steps == 1000  # the default for a new softmax
+    assert Trainer(micro_train_config(), [dev], tmp_path / "z", init_from=tmp_path / "base",
+                   progress=False).config.freeze_bilm_steps == 0  # its own softmax came along
+
+    adapted = Trainer(micro_train_config(freeze_bilm_steps=2), [dev], tmp_path / "adapt", init_from=bilm_only,
+                      vocab=vocab, progress=False)
+    assert adapted.config.tokenize == "en" and adapted.config.model == base.config.model  # as the source was made
+    pretrained, softmax = _weights(base.model.bilm), _weights(adapted.model.softmax)
+    assert all(torch.equal(v, _weights(adapted.model.bilm)[k]) for k, v in pretrained.items())
+    for _ in range(2):  # frozen: only the softmax moves
+        assert math.isfinite(adapted.train_step()["loss"])
+    assert all(torch.equal(v, _weights(adapted.model.bilm)[k]) for k, v in pretrained.items())
+    assert not torch.equal(softmax["weight"], adapted.model.softmax.weight.detach())
+    adapted.train_step()  # step 3: the biLM learns too
+    changed = [k for k, v in pretrained.items() if not torch.equal(v, _weights(adapted.model.bilm)[k])]
+    assert any("stack" in k for k in changed) and any("char_encoder" in k for k in changed)
+    # the CLI: one line saying what to add
+    assert main(["train", str(dev), "--init-from", str(bilm_only), "--out", str(tmp_path / "cli"), "--quiet"]) == 2
+    assert "--vocab" in capsys.readouterr().err
+
+
+def test_init_from_the_official_format(text_slices, tmp_path):
+    """A folder with the official options.json + .hdf5 (AllenNLP's test biLM) starts a run on new text."""
+    import shutil
+
+    from elmo.io.official import load_official
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    if not WEIGHTS.is_file():
+        pytest.skip("the official fixtures are not in ../shared/data")
+    train, _, vocab_file = text_slices
+    folder = tmp_path / "official"
+    folder.mkdir()
+    shutil.copy(OPTIONS, folder / "options.json")
+    shutil.copy(WEIGHTS, folder / "lm_weights.hdf5")
+    trainer = Trainer(micro_train_config(max_steps=4, freeze_bilm_steps=2), [train], tmp_path / "run",
+                      init_from=folder, vocab=Vocabulary.load(vocab_file), progress=False)
+    official = _weights(load_official(OPTIONS, WEIGHTS))
+    assert all(torch.equal(v, _weights(trainer.model.bilm)[k]) for k, v in official.items())
+    losses = [m["loss"] for m in trainer.train()]
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+    reloaded = load_language_model(tmp_path / "run")[0]
+    assert reloaded.config == trainer.model.bilm.config

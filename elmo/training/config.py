@@ -31,6 +31,8 @@ class TrainConfig:
     clip_norm: float = 10.0  # global gradient-norm clip, applied to the gradient of loss x unroll_steps
     dropout: float = 0.1  # on every LSTM layer's input and on the top output before the softmax
     zero_state_share: float = 1.0  # of the rows whose window begins a sentence: the share that starts it from zeros
+    freeze_bilm_steps: int | None = None  # first batches that train the softmax alone (None: 0, or 1000 for a new
+    # softmax over a pretrained biLM, --init-from a model without one: elmo.training.init_from)
     max_steps: int | None = None  # stop after this many batches (None: until max_minutes or forever)
     max_minutes: float | None = None  # stop after this much wall time
     checkpoint_every: int = 1250  # batches between checkpoints
@@ -131,7 +133,8 @@ class TrainConfig:
 
 
 # settings added after the first checkpoints were written -> the behaviour of runs from before them
-ADDED_LATER: dict[str, Any] = {"zero_state_share": 0.0}  # bilm-tf's way: every sentence continues the carried state
+ADDED_LATER: dict[str, Any] = {"zero_state_share": 0.0,  # bilm-tf's way: every sentence continues the carried state
+                               "freeze_bilm_steps": 0}
 # settings a resumed run may change (the rest must match the checkpoint)
 RUN_SETTINGS = ("max_steps", "max_minutes", "checkpoint_every", "keep_checkpoints", "log_every", "max_bad_steps",
                 "zero_state_share")
@@ -142,6 +145,6 @@ _RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, 
     "dropout": (_NUMBER, 0, False), "max_steps": (int, 0, False), "max_minutes": (_NUMBER, 0, False),
     "checkpoint_every": (int, 1, False), "keep_checkpoints": (int, 1, False), "log_every": (int, 1, False),
     "seed": (int, 0, False), "chunk_size": (int, 1, False), "max_bad_steps": (int, 1, False),
-    "zero_state_share": (_NUMBER, 0, False),
+    "zero_state_share": (_NUMBER, 0, False), "freeze_bilm_steps": (int, 0, False),
 }
-_OPTIONAL = {"max_steps", "max_minutes"}  # None: no limit
+_OPTIONAL = {"max_steps", "max_minutes", "freeze_bilm_steps"}  # None: no limit (freeze_bilm_steps: the default)

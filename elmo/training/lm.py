@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Sequence
 
 import torch
@@ -34,22 +35,25 @@ class LanguageModel(nn.Module):
 
     def forward(self, forward: tuple[torch.Tensor, torch.Tensor], backward: tuple[torch.Tensor, torch.Tensor],
                 states: list[list[State]], samples: Sequence[tuple[torch.Tensor, int]] | None,
-                sampler: LogUniformSampler | None = None) -> tuple[list[torch.Tensor], list[list[State]]]:
+                sampler: LogUniformSampler | None = None, freeze_bilm: bool = False,
+                ) -> tuple[list[torch.Tensor], list[list[State]]]:
         """Each direction's mean loss and final states.
 
         forward / backward: (char ids (B, T, W), targets (B, T)) of the two streams; states [direction][layer].
         ``samples`` = one (candidates, draws) from ``sampler`` per direction for the sampled softmax (bilm-tf draws
         each direction's negatives separately), or None for the full softmax. Both directions share one
-        character-encoder call and the softmax weights.
+        character-encoder call and the softmax weights. ``freeze_bilm``: the biLM runs without gradients (only the
+        softmax learns).
         """
         (f_ids, f_targets), (b_ids, b_targets) = forward, backward
-        tokens = self.encode_tokens(torch.cat([f_ids, b_ids]))  # (2B, T, P)
         batch = f_ids.shape[0]
         hidden, new_states = [], []
-        for direction, x in enumerate((tokens[:batch], tokens[batch:])):
-            top, finals = self.run_stack(x, direction, states[direction])  # (B, T, P)
-            hidden.append(top.reshape(-1, top.shape[-1]))
-            new_states.append(finals)
+        with torch.no_grad() if freeze_bilm else nullcontext():
+            tokens = self.encode_tokens(torch.cat([f_ids, b_ids]))  # (2B, T, P)
+            for direction, x in enumerate((tokens[:batch], tokens[batch:])):
+                top, finals = self.run_stack(x, direction, states[direction])  # (B, T, P)
+                hidden.append(top.reshape(-1, top.shape[-1]))
+                new_states.append(finals)
         hidden_all = torch.cat(hidden).float()  # (2N, P)
         targets = torch.cat([f_targets.reshape(-1), b_targets.reshape(-1)])  # (2N,)
         with torch.autocast(hidden_all.device.type, enabled=False):  # the softmax in float32 under mixed precision

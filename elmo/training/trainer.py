@@ -16,7 +16,7 @@ from contextlib import nullcontext
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -31,6 +31,7 @@ from elmo.io.checkpoint import (list_checkpoints, load_checkpoint, recorded_toke
 from elmo.io.native import load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.config import TrainConfig
+from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, starting_weights
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LogUniformSampler
 
@@ -74,6 +75,20 @@ def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
                      "to continue that run, or choose a new --out")
 
 
+def _adapted_config(config: TrainConfig, start: StartingWeights, vocab: Vocabulary | None) -> TrainConfig:
+    """A new run's config from ``start``'s weights: their model's sizes, the tokenizer their text was split with
+    (unless one is given), and, for a biLM without a softmax, a frozen start while the new softmax learns."""
+    if vocab is None:
+        raise ValueError(f"{start.source} is a biLM without a softmax: give the words of the new softmax with --vocab "
+                         f"(build them from your text with `elmo vocab build`); the biLM then stays frozen for the "
+                         f"first {DEFAULT_FREEZE_STEPS} batches (freeze_bilm_steps) while the softmax learns")
+    freeze = config.freeze_bilm_steps
+    if freeze is None:
+        freeze = 0 if start.softmax is not None else DEFAULT_FREEZE_STEPS
+    return replace(config, model=start.bilm.config, tokenize=config.tokenize or start.tokenize,
+                   freeze_bilm_steps=freeze)
+
+
 class Trainer:
     """Owns the model, optimiser, data streams and carried states of one training run."""
 
@@ -93,7 +108,8 @@ class Trainer:
             raise ValueError("give --resume (continue a run exactly) or --init-from (start a new run from its "
                              "weights), not both")
         _check_out_dir_is_free(self.out_dir, resume)
-        checkpoint = load_checkpoint(resume) if resume else (load_checkpoint(init_from) if init_from else None)
+        checkpoint = load_checkpoint(resume) if resume else None
+        start = starting_weights(init_from) if init_from else None
         if resume and checkpoint.optimizer is None:
             raise ValueError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
                              f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
@@ -101,16 +117,19 @@ class Trainer:
             saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
             config = saved.resumed(given if given is not None else
                                    {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
-        if init_from and config.tokenize is None:  # adapting to new text: split it as the model's own text was
-            config = config.replace(tokenize=recorded_tokenizer(checkpoint.path))
+        own = checkpoint.vocab if checkpoint is not None else start.vocab if start is not None else None
+        if own is not None and vocab is not None and vocab.words != own.words:
+            raise ValueError(f"the vocabulary given differs from {checkpoint.path if checkpoint else start.source}'s: "
+                             f"a continued or adapted run keeps its own (the softmax rows belong to its words); "
+                             f"leave out --vocab")
+        vocab = own if own is not None else vocab
+        if checkpoint is not None:
+            config = config.replace(model=checkpoint.bilm.config)
+        elif start is not None:
+            config = _adapted_config(config, start, vocab)
+        config = config.replace(freeze_bilm_steps=config.freeze_bilm_steps or 0)  # None: 0 unless adapted, above
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)
-        if checkpoint is not None:
-            if vocab is not None and vocab.words != checkpoint.vocab.words:
-                raise ValueError(f"the vocabulary given differs from {checkpoint.path}'s: a continued or adapted run "
-                                 f"keeps its own (the softmax rows belong to its words); leave out --vocab")
-            vocab = checkpoint.vocab  # continuing (or adapting to new text) keeps the vocabulary
-            config = config.replace(model=checkpoint.bilm.config)
         if vocab is None:
             raise ValueError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
         self.config, self.vocab = config, vocab
@@ -120,8 +139,13 @@ class Trainer:
         if checkpoint is not None:
             self.model.bilm.load_state_dict(checkpoint.bilm.state_dict())
             load_state_strict(self.model.softmax, checkpoint.softmax, str(checkpoint.path / "softmax.safetensors"))
+        elif start is not None:
+            self.model.bilm.load_state_dict(start.bilm.state_dict())
+            if start.softmax is not None:
+                load_state_strict(self.model.softmax, start.softmax, f"{start.source}'s softmax")
         self.model.to(self.device).train()
-        self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model, device_ids=None)
+        self.ddp = (torch.nn.parallel.DistributedDataParallel(  # the frozen biLM's weights get no gradient
+            self.model, device_ids=None, find_unused_parameters=config.freeze_bilm_steps > 0)
                     if self.env.world > 1 else None)
         self.optimizer = self._make_optimizer()
         # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
@@ -213,7 +237,8 @@ class Trainer:
         samples = [self.sampler.sample(n_neg) for _ in range(2)] if n_neg < len(self.vocab) else None
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
         with autocast:
-            losses, self.states = module(*self._inputs(batches), self.states, samples, self.sampler)
+            losses, self.states = module(*self._inputs(batches), self.states, samples, self.sampler,
+                                         freeze_bilm=self.step < self.config.freeze_bilm_steps)
         loss = 0.5 * (losses[0] + losses[1])
         self.optimizer.zero_grad(set_to_none=True)
         (loss * self.config.unroll_steps).backward()

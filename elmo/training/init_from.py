@@ -1,0 +1,57 @@
+"""Where a new run's weights come from (``elmo train --init-from``).
+
+Two kinds of source:
+
+* a language model — a training checkpoint, a run folder (its newest checkpoint) or an ``elmo export`` folder: the
+  biLM, its softmax and its vocabulary, all kept;
+* a biLM alone — a shipped model ("en", "ko"), an official model ("original" ...), our model folder, or a folder with
+  the official options.json + one .hdf5. Published ELMo weights hold no softmax, so adapting them to new text needs a
+  vocabulary (``--vocab``) and a new softmax; the trainer then freezes the biLM for ``freeze_bilm_steps`` batches
+  while the new softmax learns to read it (a random softmax's gradients would otherwise rewrite the pretrained
+  LSTMs before it means anything).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from elmo.data.vocab import Vocabulary
+from elmo.io.checkpoint import list_checkpoints, load_language_model
+from elmo.model.bilm import BiLM
+
+# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say
+# (the shipped English model's new softmax: see the training section of the README for the measurement)
+DEFAULT_FREEZE_STEPS = 1000
+
+
+@dataclass
+class StartingWeights:
+    bilm: BiLM
+    softmax: dict[str, torch.Tensor] | None  # None: the source has none, the run makes a new one
+    vocab: Vocabulary | None  # the softmax's words, when there is a softmax
+    tokenize: str | None  # how the source's training text was split (None: whitespace or unknown)
+    source: str
+
+
+def has_softmax(source: str | Path) -> bool:
+    """True for a checkpoint, a run folder or an exported LM folder (they carry softmax.safetensors + vocab.txt)."""
+    path = Path(source)
+    if (path / "softmax.safetensors").is_file():
+        return True
+    found = list_checkpoints(path)
+    return bool(found) and (found[-1] / "softmax.safetensors").is_file()
+
+
+def starting_weights(source: str | Path) -> StartingWeights:
+    """The weights (and, where there is one, the softmax and vocabulary) a new run starts from."""
+    from elmo import pretrained
+    from elmo.io.load import load_bilm
+
+    tokenize = pretrained.model_tokenizer(source)
+    if has_softmax(source):
+        bilm, softmax, vocab = load_language_model(source)
+        return StartingWeights(bilm, softmax.state_dict(), vocab, tokenize, str(source))
+    return StartingWeights(load_bilm(source), None, None, tokenize, str(source))
