@@ -108,7 +108,8 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
         return fetch(url, sha256.lower(), name=name, directory=folder, progress=progress)
     if os.environ.get("ELMO_ALLOW_UNPINNED") != "1":
         raise DownloadError(f"{url}: this release has no pinned sha256 for it; download it yourself and pass "
-                            f"--options/--weights, or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
+                            f"the local files (--options/--weights, or a folder holding options.json and the .hdf5 as "
+                            f"--model or --init-from), or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
     (folder / name).unlink(missing_ok=True)  # a file without a record was never trusted: download afresh
     path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False)
     with atomic_path(record) as tmp:

@@ -3,6 +3,7 @@
 import json
 
 import h5py
+import torch
 
 from elmo.cli import main
 from tests.conftest import micro_train_config
@@ -189,6 +190,27 @@ def test_the_training_tokenizer_is_recorded_kept_on_resume_and_used_by_perplexit
     assert main(["export", run, str(tmp_path / "exp")]) == 0
     assert Embedder.from_pretrained(str(tmp_path / "exp")).tokenize(["It wasn't bad."]) == [
         ["It", "was", "n't", "bad", "."]]
+
+
+def test_adapting_the_shipped_english_model_to_new_text(text_slices, tmp_path, capsys):
+    """`--init-from en`: the shipped biLM (sizes and tokenizer included) with a new softmax over --vocab."""
+    from elmo import pretrained
+    from elmo.io.checkpoint import load_checkpoint
+    from elmo.io.load import load_bilm
+
+    _, dev, vocab = text_slices
+    run = tmp_path / "en-domain"
+    assert main(["train", str(dev), "--init-from", "en", "--out", str(run), "--quiet"]) == 2
+    assert "--vocab" in capsys.readouterr().err
+    assert main(["train", str(dev), "--init-from", "en", "--vocab", str(vocab), "--out", str(run), "--max-steps", "2",
+                 "--batch-size", "2", "--freeze-bilm-steps", "1", "--quiet"]) == 0
+    checkpoint = load_checkpoint(run)
+    assert pretrained.model_tokenizer(str(run)) == "en"
+    assert checkpoint.train_config["train"]["freeze_bilm_steps"] == 1
+    shipped = load_bilm("en")
+    assert checkpoint.bilm.config == shipped.config
+    changed = [k for k, v in shipped.state_dict().items() if not torch.equal(v, checkpoint.bilm.state_dict()[k])]
+    assert changed  # step 2 trained the biLM
 
 
 def test_text_the_vocabulary_barely_covers_is_reported_by_train_and_perplexity(text_slices, tmp_path, capsys):
