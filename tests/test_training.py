@@ -246,7 +246,8 @@ def test_rows_whose_window_begins_a_sentence_start_it_from_zeros(text_slices, tm
         for batcher in trainer.batchers:
             batcher.next_batch = (lambda original: lambda: batches.append(original()) or batches[-1])(batcher.next_batch)
         model_forward = trainer.model.forward
-        trainer.model.forward = lambda f, b, states, *rest, **kw: states_in.append(states) or model_forward(f, b, states, *rest, **kw)
+        trainer.model.forward = (lambda f, b, states, *rest, **kw:
+                                 states_in.append(states) or model_forward(f, b, states, *rest, **kw))
         started = carried = 0
         for _ in range(12):
             trainer.states = [[(torch.ones_like(h), torch.ones_like(c)) for h, c in d] for d in trainer.states]

@@ -66,7 +66,8 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
     except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
         reason = getattr(err, "reason", err)
         raise DownloadError(f"{url}: cannot download ({reason}); offline, download it elsewhere and pass the "
-                            f"local files (--options/--weights, or a folder holding them as --model or --init-from)") from None
+                            f"local files (--options/--weights, or a folder holding them as --model or --init-from)"
+                            ) from None
     return target
 
 

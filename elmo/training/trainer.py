@@ -26,8 +26,7 @@ from tqdm.auto import tqdm
 
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
-from elmo.io.checkpoint import (list_checkpoints, load_checkpoint, resolve_checkpoint,
-                                 save_checkpoint)
+from elmo.io.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from elmo.io.native import load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.config import TrainConfig
