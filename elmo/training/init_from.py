@@ -7,8 +7,10 @@ Two kinds of source:
 * a biLM alone — a shipped model ("en", "ko"), an official model ("original" ...), our model folder, or a folder with
   the official options.json + one .hdf5. Published ELMo weights hold no softmax, so adapting them to new text needs a
   vocabulary (``--vocab``) and a new softmax; the trainer then freezes the biLM for ``freeze_bilm_steps`` batches
-  while the new softmax learns to read it (a random softmax's gradients would otherwise rewrite the pretrained
-  LSTMs before it means anything).
+  while the new softmax learns to read it. Measured from the shipped English model (README, "Starting from published
+  weights"): the held-out perplexity per batch is the same with or without the freeze, but frozen batches run 3x
+  faster, and the biLM's vectors move less from the source's (top layer 0.93 cosine after 3,500 batches past the
+  freeze, 0.89 after the first 500 without it).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from elmo.data.vocab import Vocabulary
 from elmo.io.checkpoint import list_checkpoints, load_language_model
 from elmo.model.bilm import BiLM
 
-# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say
-# (the shipped English model's new softmax: see the training section of the README for the measurement)
+# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say: the
+# shipped English model's new softmax got from 50,003 (uniform) to 357 held-out perplexity in 1,000 frozen batches
 DEFAULT_FREEZE_STEPS = 1000
 
 
