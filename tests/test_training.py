@@ -350,3 +350,20 @@ def test_init_from_the_official_format(text_slices, tmp_path):
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
     reloaded = load_language_model(tmp_path / "run")[0]
     assert reloaded.config == trainer.model.bilm.config
+
+
+def test_a_run_resumed_inside_its_frozen_start_continues_exactly(text_slices, tmp_path):
+    """The freeze is counted in batches of the run: a resumed run knows where it is, and ends it at the same step."""
+    train, _, vocab_file = text_slices
+    vocab = Vocabulary.load(vocab_file)
+    config = micro_train_config(max_steps=6, freeze_bilm_steps=4)
+    straight = Trainer(config, [train], tmp_path / "a", vocab=vocab, progress=False)
+    losses = [m["loss"] for m in straight.train()]
+    first = Trainer(config.replace(max_steps=3), [train], tmp_path / "b", vocab=vocab, progress=False)
+    start = _weights(first.model.bilm)
+    part1 = [m["loss"] for m in first.train()]
+    assert all(torch.equal(v, _weights(first.model.bilm)[k]) for k, v in start.items())  # still frozen
+    resumed = Trainer(config, [train], tmp_path / "b2", resume=tmp_path / "b", progress=False)
+    assert resumed.config.freeze_bilm_steps == 4
+    assert part1 + [m["loss"] for m in resumed.train()] == losses
+    assert all(torch.equal(v, _weights(straight.model.bilm)[k]) for k, v in _weights(resumed.model.bilm).items())
