@@ -137,8 +137,11 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_size": args.batch_size,
              "seed": args.seed, "checkpoint_every": args.checkpoint_every, "zero_state_share": args.zero_state_share,
-             "freeze_bilm_steps": args.freeze_bilm_steps,
-             "tokenize": None if args.tokenize in ("whitespace", "none") else args.tokenize}
+             "freeze_bilm_steps": args.freeze_bilm_steps}
+    # whitespace-split text is the default (None), but a new run from a model's weights takes that model's tokenizer
+    # unless one is given, so there "whitespace" stays said
+    tokenize = "whitespace" if args.tokenize == "none" else args.tokenize
+    flags["tokenize"] = None if tokenize == "whitespace" and not args.init_from else tokenize
     loaded = TrainConfig.load(args.config or "tiny")
     config = loaded.replace(**flags)
     config.check("command line")

@@ -211,6 +211,9 @@ def test_adapting_the_shipped_english_model_to_new_text(text_slices, tmp_path, c
     assert checkpoint.bilm.config == shipped.config
     changed = [k for k, v in shipped.state_dict().items() if not torch.equal(v, checkpoint.bilm.state_dict()[k])]
     assert changed  # step 2 trained the biLM
+    assert main(["train", str(dev), "--init-from", "en", "--vocab", str(vocab), "--out", str(tmp_path / "ws"),
+                 "--max-steps", "1", "--batch-size", "2", "--tokenize", "whitespace", "--quiet"]) == 0
+    assert pretrained.model_tokenizer(str(tmp_path / "ws")) is None  # said on the command line: over the source's
 
 
 def test_text_the_vocabulary_barely_covers_is_reported_by_train_and_perplexity(text_slices, tmp_path, capsys):

@@ -250,3 +250,21 @@ def test_a_token_cache_is_dropped_once_training_changes_the_weights():
         cached = elmo(ids)["elmo_representations"][0]
     assert bilm.char_encoder.token_cache is None
     assert torch.allclose(cached, elmo(ids)["elmo_representations"][0], atol=1e-5)
+
+
+def test_an_optimiser_step_that_skips_the_frozen_bilm_keeps_its_caches():
+    """Optimisers leave a parameter without a gradient untouched: a frozen biLM (the trainer's frozen start, a task
+    head trained over it) keeps its pre-packed matrices, token memo and token cache through the head's steps."""
+    bilm = random_bilm(small_config())
+    bilm.cache_tokens(["The", "bank", "closed", "A", "river"])
+    head = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.Adagrad([*bilm.parameters(), head], lr=0.5, fused=True)
+    key = bilm.char_encoder.weights_key()
+    head.pow(2).sum().backward()
+    optimizer.step()
+    assert bilm.char_encoder.weights_key() == key and not torch.equal(head.detach(), torch.ones(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            bilm(batch_to_ids(BATCH))
+    assert bilm.char_encoder.token_cache is not None

@@ -314,6 +314,8 @@ def test_init_from_a_bilm_without_softmax_learns_a_new_softmax_over_it_first(tex
     adapted = Trainer(micro_train_config(freeze_bilm_steps=2), [dev], tmp_path / "adapt", init_from=bilm_only,
                       vocab=vocab, progress=False)
     assert adapted.config.tokenize == "en" and adapted.config.model == base.config.model  # as the source was made
+    assert Trainer(micro_train_config(tokenize="whitespace"), [dev], tmp_path / "w", init_from=bilm_only, vocab=vocab,
+                   progress=False).config.tokenize is None  # a tokenizer given wins over the source's
     pretrained, softmax = _weights(base.model.bilm), _weights(adapted.model.softmax)
     assert all(torch.equal(v, _weights(adapted.model.bilm)[k]) for k, v in pretrained.items())
     for _ in range(2):  # frozen: only the softmax moves
@@ -346,8 +348,11 @@ def test_init_from_the_official_format(text_slices, tmp_path):
                       init_from=folder, vocab=Vocabulary.load(vocab_file), progress=False)
     official = _weights(load_official(OPTIONS, WEIGHTS))
     assert all(torch.equal(v, _weights(trainer.model.bilm)[k]) for k, v in official.items())
-    losses = [m["loss"] for m in trainer.train()]
+    losses = [trainer.train_step()["loss"] for _ in range(2)]  # frozen
+    assert all(torch.equal(v, _weights(trainer.model.bilm)[k]) for k, v in official.items())
+    losses += [m["loss"] for m in trainer.train()]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+    assert not all(torch.equal(v, _weights(trainer.model.bilm)[k]) for k, v in official.items())
     reloaded = load_language_model(tmp_path / "run")[0]
     assert reloaded.config == trainer.model.bilm.config
 
@@ -357,7 +362,8 @@ def test_a_run_resumed_inside_its_frozen_start_continues_exactly(text_slices, tm
     train, _, vocab_file = text_slices
     vocab = Vocabulary.load(vocab_file)
     config = micro_train_config(max_steps=6, freeze_bilm_steps=4)
-    straight = Trainer(config, [train], tmp_path / "a", vocab=vocab, progress=False)
+    with pytest.warns(UserWarning, match="randomly initialised biLM"):  # allowed, but rarely what was meant
+        straight = Trainer(config, [train], tmp_path / "a", vocab=vocab, progress=False)
     losses = [m["loss"] for m in straight.train()]
     first = Trainer(config.replace(max_steps=3), [train], tmp_path / "b", vocab=vocab, progress=False)
     start = _weights(first.model.bilm)

@@ -4,7 +4,8 @@ weights (the LSTMs' pre-packed matrices, the remembered token vectors, a token c
 PyTorch's version counter sees in-place ops and ``load_state_dict``, but not fused optimiser steps (``fused=True``
 Adagrad / Adam update in place without bumping it), so a cache keyed on it alone would serve the old weights after
 such a step. One global post-step hook, registered on import, counts the steps of every optimiser on each parameter
-it holds (a few attribute writes per step)."""
+it stepped: those with a gradient (every torch optimiser leaves a parameter without one untouched, so a frozen part
+of a model, ``freeze_bilm_steps``, keeps its caches; a few attribute writes per step)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ _STEPS = "_elmo_optimizer_steps"
 def _count_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
     for group in optimizer.param_groups:
         for p in group["params"]:
-            setattr(p, _STEPS, getattr(p, _STEPS, 0) + 1)
+            if p.grad is not None:
+                setattr(p, _STEPS, getattr(p, _STEPS, 0) + 1)
 
 
 _HOOK = register_optimizer_step_post_hook(_count_step)

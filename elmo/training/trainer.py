@@ -24,13 +24,14 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from elmo import pretrained
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.io.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from elmo.io.native import load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.config import TrainConfig
-from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, starting_weights
+from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LogUniformSampler
 
@@ -74,18 +75,32 @@ def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
                      "to continue that run, or choose a new --out")
 
 
-def _adapted_config(config: TrainConfig, start: StartingWeights, vocab: Vocabulary | None) -> TrainConfig:
-    """A new run's config from ``start``'s weights: their model's sizes, the tokenizer their text was split with
-    (unless one is given), and, for a biLM without a softmax, a frozen start while the new softmax learns."""
-    if vocab is None:
-        raise ValueError(f"{start.source} is a biLM without a softmax: give the words of the new softmax with --vocab "
-                         f"(build them from your text with `elmo vocab build`); the biLM then stays frozen for the "
-                         f"first {DEFAULT_FREEZE_STEPS} batches (freeze_bilm_steps) while the softmax learns")
+def _start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None,
+                env: "Distributed") -> tuple[StartingWeights, TrainConfig, Vocabulary]:
+    """The weights a new run starts from, and its config and vocabulary: the source's model sizes, the tokenizer its
+    text was split with (unless one is given), its vocabulary if it has a softmax (else the one given), and, for a
+    biLM without a softmax, a frozen start while the new softmax learns."""
+    if vocab is None and not has_softmax(source):  # before loading (or downloading) anything
+        freeze = config.freeze_bilm_steps if config.freeze_bilm_steps is not None else DEFAULT_FREEZE_STEPS
+        raise ValueError(f"{source} is a biLM without a softmax: give the words of the new softmax with --vocab "
+                         f"(build them from your text with `elmo vocab build`, with the --tokenize the model was "
+                         f"trained with); the biLM then stays frozen for the first {freeze} batches "
+                         f"(--freeze-bilm-steps) while the softmax learns")
+    if env.world > 1 and pretrained.is_model_name(str(source)):  # one download, then every rank reads the cache
+        if env.main:
+            pretrained.resolve(str(source))
+        dist.barrier()
+    start = starting_weights(source)
+    if start.vocab is not None and vocab is not None and vocab.words != start.vocab.words:
+        raise ValueError(f"the vocabulary given differs from {source}'s: an adapted run keeps its own (the softmax "
+                         f"rows belong to its words); leave out --vocab")
     freeze = config.freeze_bilm_steps
     if freeze is None:
         freeze = 0 if start.softmax is not None else DEFAULT_FREEZE_STEPS
-    return replace(config, model=start.bilm.config, tokenize=config.tokenize or start.tokenize,
-                   freeze_bilm_steps=freeze)
+    tokenize = config.tokenize if config.tokenize is not None else start.tokenize
+    config = replace(config, model=start.bilm.config, freeze_bilm_steps=freeze,
+                     tokenize=None if tokenize in ("whitespace", "none") else tokenize)  # given: over the source's
+    return start, config, start.vocab if start.vocab is not None else vocab
 
 
 class Trainer:
@@ -108,7 +123,7 @@ class Trainer:
                              "weights), not both")
         _check_out_dir_is_free(self.out_dir, resume)
         checkpoint = load_checkpoint(resume) if resume else None
-        start = starting_weights(init_from) if init_from else None
+        start = None
         if resume and checkpoint.optimizer is None:
             raise ValueError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
                              f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
@@ -116,16 +131,15 @@ class Trainer:
             saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
             config = saved.resumed(given if given is not None else
                                    {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
-        own = checkpoint.vocab if checkpoint is not None else start.vocab if start is not None else None
-        if own is not None and vocab is not None and vocab.words != own.words:
-            raise ValueError(f"the vocabulary given differs from {checkpoint.path if checkpoint else start.source}'s: "
-                             f"a continued or adapted run keeps its own (the softmax rows belong to its words); "
-                             f"leave out --vocab")
-        vocab = own if own is not None else vocab
-        if checkpoint is not None:
-            config = config.replace(model=checkpoint.bilm.config)
-        elif start is not None:
-            config = _adapted_config(config, start, vocab)
+            if vocab is not None and vocab.words != checkpoint.vocab.words:
+                raise ValueError(f"the vocabulary given differs from {checkpoint.path}'s: a continued run keeps its "
+                                 f"own (the softmax rows belong to its words); leave out --vocab")
+            vocab, config = checkpoint.vocab, config.replace(model=checkpoint.bilm.config)
+        elif init_from:
+            start, config, vocab = _start_from(init_from, config, vocab, self.env)
+        elif config.freeze_bilm_steps and self.env.main:
+            warnings.warn(f"freeze_bilm_steps {config.freeze_bilm_steps} without --init-from: the first batches train "
+                          f"only the softmax over a randomly initialised biLM")
         config = config.replace(freeze_bilm_steps=config.freeze_bilm_steps or 0)  # None: 0 unless adapted, above
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)
@@ -143,9 +157,6 @@ class Trainer:
             if start.softmax is not None:
                 load_state_strict(self.model.softmax, start.softmax, f"{start.source}'s softmax")
         self.model.to(self.device).train()
-        self.ddp = (torch.nn.parallel.DistributedDataParallel(  # the frozen biLM's weights get no gradient
-            self.model, device_ids=None, find_unused_parameters=config.freeze_bilm_steps > 0)
-                    if self.env.world > 1 else None)
         self.optimizer = self._make_optimizer()
         # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
         self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
@@ -165,6 +176,9 @@ class Trainer:
         self.bad_steps = 0  # consecutive batches skipped for a non-finite loss
         if resume:
             self._restore(checkpoint)
+        self.ddp = (torch.nn.parallel.DistributedDataParallel(  # a frozen biLM's weights get no gradient
+            self.model, device_ids=None, find_unused_parameters=self.step < config.freeze_bilm_steps)
+                    if self.env.world > 1 else None)
 
     # ---- setup ------------------------------------------------------------------------------------------------
     def _make_optimizer(self) -> torch.optim.Optimizer:
