@@ -8,8 +8,8 @@ Two kinds of source:
   the official options.json + one .hdf5. Published ELMo weights hold no softmax, so adapting them to new text needs a
   vocabulary (``--vocab``) and a new softmax; the trainer then freezes the biLM for ``freeze_bilm_steps`` batches
   while the new softmax learns to read it. Measured from the shipped English model (README, "Starting from published
-  weights"): the held-out perplexity per batch is the same with or without the freeze, but frozen batches run 3x
-  faster, and the biLM's vectors move less from the source's (top layer 0.93 cosine after 3,500 batches past the
+  weights"): the held-out perplexity per batch is the same with or without the freeze, but frozen batches run
+  2.6x faster, and the biLM's vectors move less from the source's (top layer 0.93 cosine after 3,500 batches past the
   freeze, 0.89 after the first 500 without it).
 """
 
