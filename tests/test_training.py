@@ -373,3 +373,19 @@ def test_a_run_resumed_inside_its_frozen_start_continues_exactly(text_slices, tm
     assert resumed.config.freeze_bilm_steps == 4
     assert part1 + [m["loss"] for m in resumed.train()] == losses
     assert all(torch.equal(v, _weights(straight.model.bilm)[k]) for k, v in _weights(resumed.model.bilm).items())
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_the_frozen_and_the_trained_step_run_under_bf16_autocast(freeze):
+    """The GPU trainer runs under bf16 autocast; the frozen biLM's no-grad path must too (checked here on the CPU's
+    autocast, the same dispatch): a finite loss, the softmax's gradient, and the biLM's only when it trains."""
+    model = LanguageModel.from_config(micro_train_config().model, 100, dropout=0.1).train()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 200, (4, 6, 50), generator=generator)
+    ids[..., 10:] = 0
+    targets = torch.randint(0, 100, (4, 6), generator=generator)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses, _ = model((ids, targets), (ids, targets), model.zero_states(4), None, freeze_bilm=freeze)
+    (losses[0] + losses[1]).backward()
+    assert math.isfinite(float(losses[0] + losses[1])) and model.softmax.weight.grad is not None
+    assert (model.bilm.forward_stack.layers[0].weight_hh.grad is None) == freeze
