@@ -319,10 +319,11 @@ def test_init_from_a_bilm_without_softmax_learns_a_new_softmax_over_it_first(tex
     pretrained, softmax = _weights(base.model.bilm), _weights(adapted.model.softmax)
     assert all(torch.equal(v, _weights(adapted.model.bilm)[k]) for k, v in pretrained.items())
     for _ in range(2):  # frozen: only the softmax moves
-        assert math.isfinite(adapted.train_step()["loss"])
+        metrics = adapted.train_step()
+        assert math.isfinite(metrics["loss"]) and metrics["frozen"] == 1.0
     assert all(torch.equal(v, _weights(adapted.model.bilm)[k]) for k, v in pretrained.items())
     assert not torch.equal(softmax["weight"], adapted.model.softmax.weight.detach())
-    adapted.train_step()  # step 3: the biLM learns too
+    assert "frozen" not in adapted.train_step()  # step 3: the biLM learns too
     changed = [k for k, v in pretrained.items() if not torch.equal(v, _weights(adapted.model.bilm)[k])]
     assert any("stack" in k for k in changed) and any("char_encoder" in k for k in changed)
     # the CLI: one line saying what to add

@@ -249,9 +249,10 @@ class Trainer:
         # one set of negatives per direction, as bilm-tf's one sampled_softmax_loss call per direction
         samples = [self.sampler.sample(n_neg) for _ in range(2)] if n_neg < len(self.vocab) else None
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
+        frozen = self.step < self.config.freeze_bilm_steps
         with autocast:
             losses, self.states = module(*self._inputs(batches), self.states, samples, self.sampler,
-                                         freeze_bilm=self.step < self.config.freeze_bilm_steps)
+                                         freeze_bilm=frozen)
         loss = 0.5 * (losses[0] + losses[1])
         self.optimizer.zero_grad(set_to_none=True)
         (loss * self.config.unroll_steps).backward()
@@ -260,7 +261,8 @@ class Trainer:
         self.step += 1
         self.tokens_seen += sum(b.tokens for b in batches) // 2 * self.env.world
         metrics = {"loss": float(loss.detach()), "forward": float(losses[0].detach()),
-                   "backward": float(losses[1].detach()), "grad_norm": float(norm)}
+                   "backward": float(losses[1].detach()), "grad_norm": float(norm),
+                   **({"frozen": 1.0} if frozen else {})}  # in metrics.jsonl: the frozen start is visible
         if not math.isfinite(metrics["grad_norm"]):
             self._skip_bad_batch(previous_states)
             return {**metrics, "skipped": 1.0}
@@ -329,7 +331,7 @@ class Trainer:
                     with open(log, "a", encoding="utf-8") as f:
                         f.write(json.dumps(record) + "\n")
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", ppl=f"{record['sampled_perplexity']:.0f}",
-                                tok_s=f"{rate:.0f}")
+                                tok_s=f"{rate:.0f}", **({"biLM": "frozen"} if "frozen" in metrics else {}))
             bar.update(1)
             if self.step % cfg.checkpoint_every == 0:
                 self.save()
