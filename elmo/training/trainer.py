@@ -75,6 +75,13 @@ def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
                      "to continue that run, or choose a new --out")
 
 
+def _check_same_vocabulary(given: Vocabulary | None, own: Vocabulary, source: str | Path) -> None:
+    """A run from a model with a softmax keeps that softmax's vocabulary: a different --vocab is a mistake."""
+    if given is not None and given.words != own.words:
+        raise ValueError(f"the vocabulary given differs from {source}'s: a continued or adapted run keeps its own "
+                         f"(the softmax rows belong to its words); leave out --vocab")
+
+
 def _start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None,
                 env: "Distributed") -> tuple[StartingWeights, TrainConfig, Vocabulary]:
     """The weights a new run starts from, and its config and vocabulary: the source's model sizes, the tokenizer its
@@ -91,15 +98,14 @@ def _start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | Non
             pretrained.resolve(str(source))
         dist.barrier()
     start = starting_weights(source)
-    if start.vocab is not None and vocab is not None and vocab.words != start.vocab.words:
-        raise ValueError(f"the vocabulary given differs from {source}'s: an adapted run keeps its own (the softmax "
-                         f"rows belong to its words); leave out --vocab")
+    if start.vocab is not None:
+        _check_same_vocabulary(vocab, start.vocab, source)
     freeze = config.freeze_bilm_steps
     if freeze is None:
         freeze = 0 if start.softmax is not None else DEFAULT_FREEZE_STEPS
     tokenize = config.tokenize if config.tokenize is not None else start.tokenize
     config = replace(config, model=start.bilm.config, freeze_bilm_steps=freeze,
-                     tokenize=None if tokenize in ("whitespace", "none") else tokenize)  # given: over the source's
+                     tokenize=None if tokenize == "whitespace" else tokenize)  # given: over the source's
     return start, config, start.vocab if start.vocab is not None else vocab
 
 
@@ -131,9 +137,7 @@ class Trainer:
             saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
             config = saved.resumed(given if given is not None else
                                    {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
-            if vocab is not None and vocab.words != checkpoint.vocab.words:
-                raise ValueError(f"the vocabulary given differs from {checkpoint.path}'s: a continued run keeps its "
-                                 f"own (the softmax rows belong to its words); leave out --vocab")
+            _check_same_vocabulary(vocab, checkpoint.vocab, checkpoint.path)
             vocab, config = checkpoint.vocab, config.replace(model=checkpoint.bilm.config)
         elif init_from:
             start, config, vocab = _start_from(init_from, config, vocab, self.env)
