@@ -7,18 +7,31 @@ import torch
 
 from elmo.data.chars import batch_to_ids
 from elmo.model import packed
-from elmo.model.packed import RightMultiplier, mkl_packing_available
+from elmo.model.packed import RightMultiplier
 from elmo.model.token_cache import TokenMemo
 
 
+LIBRARIES = {"onednn": packed.onednn_packing_available, "mkl": packed.mkl_packing_available}
+
+
+def _only(monkeypatch, library):
+    """Let RightMultiplier see only ``library`` (None: neither); skip if this PyTorch build lacks it."""
+    if library is not None and not LIBRARIES[library]():
+        pytest.skip(f"{library} packing is not available in this PyTorch build")
+    for name in LIBRARIES:
+        monkeypatch.setattr(packed, f"{name}_packing_available", lambda *dtype, name=name: name == library)
+
+
+@pytest.mark.parametrize("library", ["onednn", "mkl", None])
 @pytest.mark.parametrize("rows", [0, 1, 7, 32, 300])
-def test_packed_products_match_plain_ones(rows):
+def test_packed_products_match_plain_ones(rows, library, monkeypatch):
+    _only(monkeypatch, library)
     generator = torch.Generator().manual_seed(rows)
     weight = torch.randn(1024, 1100, generator=generator) / 30  # over MIN_PACKED_ELEMENTS: packed where possible
     x = torch.randn(rows, 1100, generator=generator)
     bias, per_row = torch.randn(1024, generator=generator), torch.randn(rows, 1024, generator=generator)
     multiply = RightMultiplier(weight)
-    assert (multiply.packed is not None) == mkl_packing_available()
+    assert multiply.library == library and (multiply.packed is not None) == (library is not None)
     expected = x @ weight.t()
     for add, want in ((None, expected), (bias, expected + bias), (per_row, expected + per_row)):
         got = multiply(x, add)
@@ -26,18 +39,34 @@ def test_packed_products_match_plain_ones(rows):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_small_matrices_and_other_dtypes_are_not_packed():
-    assert RightMultiplier(torch.randn(64, 16)).packed is None  # MKL would pad it to 8 MB
-    bf16 = RightMultiplier(torch.randn(1024, 1100), dtype=torch.bfloat16)
-    assert bf16.packed is None and bf16(torch.randn(3, 1100)).dtype == torch.float32
+def test_onednn_is_preferred_to_mkl_where_both_are_there():
+    expected = ("onednn" if packed.onednn_packing_available() else
+                "mkl" if packed.mkl_packing_available() else None)
+    assert RightMultiplier(torch.randn(1024, 1100)).library == expected
+    shipped_size = RightMultiplier(torch.randn(4096, 128))  # the shipped models' recurrent matrix: oneDNN only
+    assert shipped_size.library == ("onednn" if packed.onednn_packing_available() else None)
 
 
-def test_without_mkl_packing_the_plain_path_is_used(monkeypatch):
-    monkeypatch.setattr(packed, "mkl_packing_available", lambda: False)
-    weight, x = torch.randn(1024, 1100) / 30, torch.randn(5, 1100)
-    multiply = RightMultiplier(weight)
-    assert multiply.packed is None
-    torch.testing.assert_close(multiply(x), x @ weight.t(), rtol=1e-5, atol=1e-5)
+def test_small_matrices_are_not_packed():
+    assert RightMultiplier(torch.randn(64, 16)).packed is None  # oneDNN's per-call cost; MKL would pad it to 8 MB
+
+
+@pytest.mark.parametrize("library", ["onednn", None])
+def test_bf16_products_packed_or_not_give_the_same_float32_result(library, monkeypatch):
+    generator = torch.Generator().manual_seed(3)
+    weight, x = torch.randn(1024, 1100, generator=generator) / 30, torch.randn(9, 1100, generator=generator)
+    bias, per_row = torch.randn(1024, generator=generator), torch.randn(9, 1024, generator=generator)
+    plain = RightMultiplier(weight, dtype=torch.bfloat16, pack=False)
+    if library is not None and not packed.onednn_packing_available(torch.bfloat16):
+        pytest.skip("oneDNN cannot pack bfloat16 here")
+    _only(monkeypatch, library)
+    bf16 = RightMultiplier(weight, dtype=torch.bfloat16)
+    assert bf16.library == library
+    for add in (None, bias, per_row):
+        got, want = bf16(x, add), plain(x, add)
+        assert got.dtype == torch.float32 and got.shape == (9, 1024)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)  # the same bf16 products, rounded the same way
+    torch.testing.assert_close(bf16(x), x @ weight.t(), rtol=2e-2, atol=2e-2)
 
 
 def test_token_memo_computes_each_word_once_and_evicts_the_least_recently_used():

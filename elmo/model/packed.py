@@ -2,14 +2,19 @@
 
 Every LSTM step multiplies a skinny batch of rows (n = 32: 32 x 512 by 512 x 16,384 for the original model) by the
 same large matrix. A plain BLAS call re-packs that matrix into its internal panel layout on every call, which for so
-few rows costs about as much as the arithmetic. MKL can pack a matrix once and reuse the packed copy
-(``cblas_sgemm_pack``, exposed as ``torch.ops.mkl._mkl_linear``): measured on this project's machine at n = 32,
-1.4x faster for the recurrent product and 1.25x for the projection (benchmarks/inference.py). The products are
-float32 BLAS all the same, so results agree with ``addmm`` to float32 rounding.
+few rows costs about as much as the arithmetic. Two libraries in PyTorch's CPU builds can pack a matrix once and reuse
+the packed copy; the products stay float32, so results agree with ``addmm`` to float32 rounding:
 
-Where MKL packing is not available (non-MKL builds, other devices, other dtypes), or a matrix is multiplied by
-many rows at once (the input projections of a whole layer, ``pack=False``), a contiguous transposed copy is used,
-which BLAS multiplies faster than a transposed view; that path can also write into a caller's buffer (``out``).
+* oneDNN (``torch.ops.mkldnn._reorder_linear_weight`` / ``_linear_pointwise``), used first: measured on an AMD EPYC
+  (Zen 4) at n = 32, 2.6x MKL's packed product on the recurrent matrix (189 vs 73 GFLOP/s) and 1.8x on the
+  projection, and above MKL's own 2,048 x 2,048 product (MKL takes a slower path on AMD CPUs); on the Intel Xeon
+  of the earlier benchmarks, within a few per cent of MKL's packed product (BENCHMARKS.md);
+* MKL (``cblas_sgemm_pack`` through ``torch.ops.mkl._mkl_linear``), where oneDNN is missing: 1.4x the unpacked
+  product for the recurrent matrix and 1.25x for the projection on that Intel Xeon.
+
+Where neither is available (other builds, other devices, other dtypes), or a matrix is multiplied by many rows at
+once (the input projections of a whole layer, ``pack=False``), a contiguous transposed copy is used, which BLAS
+multiplies faster than a transposed view; that path can also write into a caller's buffer (``out``).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import warnings
 
 import torch
 
-_ROWS_HINT = 32  # MKL's packing asks for a row count; the packed layout does not depend on it (checked below)
-MIN_PACKED_ELEMENTS = 1 << 20  # smaller matrices are not packed: MKL pads every packed matrix to at least 8 MB
+_ROWS_HINT = 32  # both libraries ask for a row count to pack for; any count can use the packed copy (checked below)
+MIN_PACKED_ELEMENTS = 1 << 20  # smaller matrices are not packed by MKL: it pads every packed matrix to at least 8 MB
+MIN_ONEDNN_ELEMENTS = 1 << 19  # below, oneDNN's ~15 us per call eats the gain (AMD EPYC, 8-32 rows: 4,096 x 128
+# 2.2x plain mm, 128 x 1,024 1.1-1.3x, 64 x 256 slower)
 
 
 @functools.cache
@@ -46,6 +53,32 @@ def mkl_packing_available() -> bool:
         return False
 
 
+@functools.cache
+def onednn_packing_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether oneDNN can pack a matrix in ``dtype`` (float32, or bfloat16 for the bf16 mode) here and multiply any
+    number of rows by the packed copy.
+
+    Checked once per dtype, on products of several row counts against plain ``mm`` in the same dtype (the packed
+    layout is chosen for a row count, ``_ROWS_HINT``; oneDNN takes any other count, measured at full speed from 7
+    rows up).
+    """
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.randn(40, 24, generator=generator).to(dtype)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+        for rows in (1, 3, _ROWS_HINT, 77):
+            x = torch.randn(rows, 24, generator=generator).to(dtype)
+            out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+            if not torch.allclose(out.float(), (x @ weight.t()).float(), rtol=tolerance, atol=tolerance):
+                return False
+        return True
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
 class RightMultiplier:
     """``x -> x @ W^T (+ add)`` for one fixed weight W (out, in), held in the fastest layout for repeated use.
 
@@ -54,10 +87,15 @@ class RightMultiplier:
     """
 
     def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True) -> None:
-        dtype = dtype or weight.dtype
-        self.packed = None
-        if (pack and dtype == torch.float32 == weight.dtype and weight.device.type == "cpu"
-                and weight.numel() >= MIN_PACKED_ELEMENTS and mkl_packing_available()):
+        self.dtype = dtype = dtype or weight.dtype
+        self.packed, self.library, self.out_features = None, None, weight.shape[0]
+        packable = (pack and weight.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16)
+                    and weight.device.type == "cpu")
+        if packable and weight.numel() >= MIN_ONEDNN_ELEMENTS and onednn_packing_available(dtype):
+            self.library = "onednn"
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), _ROWS_HINT)
+        elif packable and dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS and mkl_packing_available():
+            self.library = "mkl"
             self.weight = weight.detach().contiguous()  # (out, in) MKL wants the original too
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, _ROWS_HINT)
         else:
@@ -71,12 +109,16 @@ class RightMultiplier:
         return a new tensor); use the returned tensor either way.
         """
         if self.packed is not None:
-            if x.shape[0] == 0:  # MKL refuses an empty product
-                empty = x.new_zeros(0, self.weight.shape[0])
+            if x.shape[0] == 0:  # the packed products refuse an empty input
+                empty = x.new_zeros(0, self.out_features)
                 return empty if add is None else empty + add
-            bias = add if add is not None and add.dim() == 1 else None
-            product = torch.ops.mkl._mkl_linear(x.contiguous(), self.packed, self.weight, bias, x.shape[0])  # (n, out)
-            return product.add_(add) if add is not None and bias is None else product
+            bias = add if add is not None and add.dim() == 1 and self.dtype == x.dtype else None
+            if self.library == "onednn":
+                product = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype).contiguous(), self.packed, bias,
+                                                             "none", [], "").to(x.dtype)  # bf16 mode: float32 result
+            else:
+                product = torch.ops.mkl._mkl_linear(x.contiguous(), self.packed, self.weight, bias, x.shape[0])
+            return product.add_(add) if add is not None and bias is None else product  # (n, out)
         if self.weight_t.dtype == x.dtype:
             if out is not None and out.dtype == x.dtype and out.device == x.device:
                 return torch.mm(x, self.weight_t, out=out) if add is None else torch.addmm(add, x, self.weight_t,
