@@ -3,7 +3,8 @@
 Every LSTM step multiplies a skinny batch of rows (n = 32: 32 x 512 by 512 x 16,384 for the original model) by the
 same large matrix. A plain BLAS call re-packs that matrix into its internal panel layout on every call, which for so
 few rows costs about as much as the arithmetic. Two libraries in PyTorch's CPU builds can pack a matrix once and reuse
-the packed copy; the products stay float32, so results agree with ``addmm`` to float32 rounding:
+the packed copy; the products stay float32, so results agree with ``addmm`` to float32 rounding (the bf16 mode's
+bf16 copies are packed by oneDNN too, and give the same bits as its plain bf16 product):
 
 * oneDNN (``torch.ops.mkldnn._reorder_linear_weight`` / ``_linear_pointwise``), used first: measured on an AMD EPYC
   (Zen 4) at n = 32, 2.6x MKL's packed product on the recurrent matrix (189 vs 73 GFLOP/s) and 1.8x on the
@@ -12,7 +13,7 @@ the packed copy; the products stay float32, so results agree with ``addmm`` to f
 * MKL (``cblas_sgemm_pack`` through ``torch.ops.mkl._mkl_linear``), where oneDNN is missing: 1.4x the unpacked
   product for the recurrent matrix and 1.25x for the projection on that Intel Xeon.
 
-Where neither is available (other builds, other devices, other dtypes), or a matrix is multiplied by many rows at
+Where neither is available (other builds, other devices), for small matrices, or a matrix multiplied by many rows at
 once (the input projections of a whole layer, ``pack=False``), a contiguous transposed copy is used, which BLAS
 multiplies faster than a transposed view; that path can also write into a caller's buffer (``out``).
 """
