@@ -103,6 +103,10 @@ def main() -> None:
           f"{'threads ' + str(torch.get_num_threads()) if on_cpu else torch.cuda.get_device_name(device)}; "
           f"matmul peak {peak:.0f} GFLOP/s "
           f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
+    if on_cpu:
+        from elmo.model.packed import RightMultiplier
+        library = RightMultiplier(torch.zeros(4 * model.config.lstm.dim, model.config.lstm.projection_dim)).library
+        print(f"LSTM matrices packed by: {library or 'nothing (plain transposed copies)'}")
     for rows in sorted({int(b) for b in args.batch_sizes.split(",")}):
         ceiling = step_products_gflops(model.config, rows, device=device)
         print(f"ceiling at batch {rows}: one LSTM step's products alone run at {ceiling:.0f} GFLOP/s "
