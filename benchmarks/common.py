@@ -32,15 +32,7 @@ def matmul_peak_gflops(n: int | None = None, repeats: int = 10, device: str | to
     if torch.device(device).type == "cpu" and onednn_packing_available():
         packed = torch.ops.mkldnn._reorder_linear_weight(b, n)
         products.append(lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""))
-    best = float("inf")
-    for product in products:
-        product()
-        for _ in range(repeats):
-            synchronize(device)
-            start = time.perf_counter()
-            product()
-            synchronize(device)
-            best = min(best, time.perf_counter() - start)
+    best = min(best_time(product, repeats, device) for product in products)
     return 2 * n**3 / best / 1e9
 
 
