@@ -4,7 +4,7 @@ Every LSTM step multiplies a skinny batch of rows (n = 32: 32 x 512 by 512 x 16,
 same large matrix. A plain BLAS call re-packs that matrix into its internal panel layout on every call, which for so
 few rows costs about as much as the arithmetic. Two libraries in PyTorch's CPU builds can pack a matrix once and reuse
 the packed copy; the products stay float32, so results agree with ``addmm`` to float32 rounding (the bf16 mode's
-bf16 copies are packed by oneDNN too, and give the same bits as its plain bf16 product):
+bf16 copies are packed by oneDNN too; on the AMD EPYC they gave the same bits as its plain bf16 product):
 
 * oneDNN (``torch.ops.mkldnn._reorder_linear_weight`` / ``_linear_pointwise``), used first: measured on an AMD EPYC
   (Zen 4) at n = 32, 2.6x MKL's packed product on the recurrent matrix (189 vs 73 GFLOP/s) and 1.8x on the
