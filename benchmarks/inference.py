@@ -104,8 +104,8 @@ def main() -> None:
           f"matmul peak {peak:.0f} GFLOP/s "
           f"(= {peak * 1e9 / flops:.0f} tokens/s at 100%)")
     if on_cpu:
-        from elmo.model.packed import RightMultiplier
-        library = RightMultiplier(torch.zeros(4 * model.config.lstm.dim, model.config.lstm.projection_dim)).library
+        from elmo.model.packed import packing_library
+        library = packing_library(model.forward_stack.layers[0].weight_hh)
         print(f"LSTM matrices packed by: {library or 'nothing (plain transposed copies)'}")
     for rows in sorted({int(b) for b in args.batch_sizes.split(",")}):
         ceiling = step_products_gflops(model.config, rows, device=device)

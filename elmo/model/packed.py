@@ -80,6 +80,20 @@ def onednn_packing_available(dtype: torch.dtype = torch.float32) -> bool:
         return False
 
 
+def packing_library(weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True) -> str | None:
+    """Which library ``RightMultiplier`` packs ``weight`` with for products in ``dtype``: "onednn", "mkl", or None
+    (a plain transposed copy)."""
+    dtype = dtype or weight.dtype
+    if not (pack and weight.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16)
+            and weight.device.type == "cpu"):
+        return None
+    if weight.numel() >= MIN_ONEDNN_ELEMENTS and onednn_packing_available(dtype):
+        return "onednn"
+    if dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS and mkl_packing_available():
+        return "mkl"
+    return None
+
+
 class RightMultiplier:
     """``x -> x @ W^T (+ add)`` for one fixed weight W (out, in), held in the fastest layout for repeated use.
 
@@ -89,14 +103,11 @@ class RightMultiplier:
 
     def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True) -> None:
         self.dtype = dtype = dtype or weight.dtype
-        self.packed, self.library, self.out_features = None, None, weight.shape[0]
-        packable = (pack and weight.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16)
-                    and weight.device.type == "cpu")
-        if packable and weight.numel() >= MIN_ONEDNN_ELEMENTS and onednn_packing_available(dtype):
-            self.library = "onednn"
+        self.packed, self.out_features = None, weight.shape[0]
+        self.library = packing_library(weight, dtype, pack)
+        if self.library == "onednn":
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), _ROWS_HINT)
-        elif packable and dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS and mkl_packing_available():
-            self.library = "mkl"
+        elif self.library == "mkl":
             self.weight = weight.detach().contiguous()  # (out, in) MKL wants the original too
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, _ROWS_HINT)
         else:
