@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from elmo.embed import Embedder
 from elmo.io.text_lines import numbered_lines
+
+if TYPE_CHECKING:
+    from elmo.tasks.readers import WsdSentence
 
 # common Korean particles (josa) and copula endings, by what the syllable before them must end in: some follow only
 # a vowel (가, 를), some only a consonant (이, 을), the rest either; so 은행가 (banker) is not 은행 + 가
@@ -81,6 +84,21 @@ def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels:
     return found
 
 
+def annotated_occurrences(embedder: Embedder, sentences: Sequence[WsdSentence],
+                          senses: dict[str, str]) -> list[Occurrence]:
+    """The sense-annotated instances (SemCor-style) whose gold keys hold exactly one of ``senses`` (sense key ->
+    label), with their vectors; the sentences' own tokens are embedded as given."""
+    wanted: list[tuple[int, int, str]] = []  # (sentence, token, label)
+    for i, sentence in enumerate(sentences):
+        for token, _, keys in sentence.instances:
+            labels = {senses[key] for key in keys if key in senses}
+            if len(labels) == 1:
+                wanted.append((i, token, labels.pop()))
+    rows = sorted({i for i, _, _ in wanted})
+    arrays = dict(zip(rows, embedder.embed([sentences[i].tokens for i in rows])))  # each (L+1, n, D)
+    return [Occurrence(i, token, label, arrays[i][:, token]) for i, token, label in wanted]
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 
@@ -90,6 +108,42 @@ def nearest(query: Occurrence, pool: Sequence[Occurrence], layer: int = -1, k: i
     """The ``k`` occurrences of ``pool`` most similar (cosine at ``layer``) to ``query``, itself excluded."""
     scored = [(cosine(query.vectors[layer], o.vectors[layer]), o) for o in pool if o is not query]
     return sorted(scored, key=lambda pair: -pair[0])[:k]
+
+
+@dataclass
+class SenseSeparation:
+    """How well one layer's vectors of a word group its occurrences by sense (the labels).
+
+    ``within``: mean cosine of same-label pairs, per label; ``across``: mean cosine of pairs with different labels;
+    ``triplets``: of all (anchor, same-label other, different-label other) triples, the share where the same-label
+    occurrence is the closer one to the anchor; ``nearest``: leave-one-out 1-nearest-neighbour accuracy.
+    """
+
+    within: dict[str, float]
+    across: float
+    triplets: float
+    nearest: float
+
+
+def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSeparation:
+    """Sense statistics of ``found`` at ``layer``; needs at least two labels and two occurrences of each."""
+    labels = np.array([o.label for o in found])
+    names = sorted(set(labels))
+    if len(names) < 2 or any((labels == name).sum() < 2 for name in names):
+        raise ValueError(f"need two or more labels with two or more occurrences each, got "
+                         f"{ {name: int((labels == name).sum()) for name in names} }")
+    vectors = np.stack([o.vectors[layer] for o in found]).astype(np.float64)  # (N, D)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    cosines = vectors @ vectors.T  # (N, N)
+    same = labels[:, None] == labels[None, :]  # (N, N)
+    off_diagonal = ~np.eye(len(found), dtype=bool)
+    within = {name: float(cosines[np.outer(labels == name, labels == name) & off_diagonal].mean()) for name in names}
+    closer = [(cosines[i, same[i] & off_diagonal[i]][:, None] > cosines[i, ~same[i]][None, :]).ravel()
+              for i in range(len(found))]  # per anchor: (same-label others x other-label occurrences)
+    masked = np.where(off_diagonal, cosines, -np.inf)
+    return SenseSeparation(within=within, across=float(cosines[~same].mean()),
+                           triplets=float(np.concatenate(closer).mean()),
+                           nearest=float((labels[masked.argmax(axis=1)] == labels).mean()))
 
 
 def pca_2d(vectors: np.ndarray) -> np.ndarray:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from elmo.cli import main
-from elmo.context import Occurrence, matches, nearest, pca_2d, read_labelled_sentences
+from elmo.context import (Occurrence, annotated_occurrences, matches, nearest, pca_2d, read_labelled_sentences,
+                          sense_separation)
+from elmo.embed import Embedder
+from elmo.tasks.readers import WsdSentence
 from tests.conftest import OPTIONS, WEIGHTS
 
 MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
@@ -38,6 +42,31 @@ def test_nearest_ranks_by_cosine_and_skips_itself():
     ranked = nearest(query, [query, a, b], layer=0, k=5)
     assert [o.sentence for _, o in ranked] == [2, 1]
     assert ranked[0][0] > 0.99 and abs(ranked[1][0]) < 1e-9
+
+
+def test_sense_separation_counts_pairs_triples_and_neighbours_by_hand():
+    make = lambda label, v: Occurrence(0, 0, label, np.array([v], dtype=float))  # noqa: E731
+    a1, a2, b1, b2 = make("a", [1, 0]), make("a", [0.8, 0.6]), make("b", [0, 1]), make("b", [0.6, 0.8])
+    stats = sense_separation([a1, a2, b1, b2], layer=0)
+    assert np.allclose(list(stats.within.values()), [0.8, 0.8])
+    assert np.isclose(stats.across, np.mean([0.0, 0.6, 0.6, 0.96]))
+    # per anchor, is its same-sense partner closer than each other-sense point: a1 2/2, a2 1/2, b1 2/2, b2 1/2
+    assert np.isclose(stats.triplets, 6 / 8)
+    assert stats.nearest == 0.5  # a2's nearest is b2 (0.96) and b2's is a2
+    with pytest.raises(ValueError, match="two or more"):
+        sense_separation([a1, a2, b1], layer=0)
+
+
+def test_annotated_occurrences_take_instances_with_exactly_one_wanted_sense():
+    embedder = Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS)
+    sentences = [WsdSentence(["The", "bank", "lent", "money", "."], [], [],
+                             [(1, "s0.t0", ["bank%1:14:00::"]), (3, "s0.t1", ["money%1:21:00::"])]),
+                 WsdSentence(["the", "river", "bank"], [], [], [(2, "s1.t0", ["bank%1:17:01::", "bank%1:14:00::"])]),
+                 WsdSentence(["a", "grassy", "bank"], [], [], [(2, "s2.t0", ["bank%1:17:01::"])])]
+    found = annotated_occurrences(embedder, sentences, {"bank%1:14:00::": "money", "bank%1:17:01::": "river"})
+    assert [(o.sentence, o.token, o.label) for o in found] == [(0, 1, "money"), (2, 2, "river")]
+    expected = embedder.embed([["a", "grassy", "bank"]])[0][:, 2]  # (L+1, D)
+    assert np.allclose(found[1].vectors, expected, atol=1e-6)
 
 
 def test_similar_and_plot_commands(tmp_path, capsys):

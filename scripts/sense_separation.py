@@ -1,0 +1,45 @@
+"""How well each layer of a model separates senses of a word in sense-annotated text (SemCor by default): for every
+layer, the mean cosine of same-sense pairs (per sense) and of pairs across senses, the share of (anchor, same-sense,
+other-sense) triples where the same-sense occurrence is the closer one, and leave-one-out 1-nearest-neighbour
+accuracy. A check of a model on sentences nobody chose for it (the labels are SemCor's annotators').
+
+    python scripts/sense_separation.py en bank%1:14:00::=money bank%1:17:01::=river
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from elmo.context import annotated_occurrences, sense_separation
+from elmo.embed import Embedder
+from elmo.tasks.readers import read_wsd_xml
+
+SEMCOR = Path(__file__).resolve().parents[2] / "shared" / "data" / "en" / "wsd" / "semcor"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a shipped name (en), a model folder or a checkpoint")
+    parser.add_argument("senses", nargs="+", help="KEY=LABEL, a WordNet sense key and a short name for it")
+    parser.add_argument("--form", help="only occurrences written exactly so (bank, not banks or Bank)")
+    parser.add_argument("--xml", default=str(SEMCOR / "semcor.data.xml.gz"))
+    parser.add_argument("--keys", default=str(SEMCOR / "semcor.gold.key.txt.gz"))
+    args = parser.parse_args()
+    senses = dict(item.rsplit("=", 1) if "=" in item else (item, item) for item in args.senses)
+    sentences = read_wsd_xml(args.xml, args.keys)
+    found = annotated_occurrences(Embedder.from_pretrained(args.model), sentences, senses)
+    if args.form is not None:
+        found = [o for o in found if sentences[o.sentence].tokens[o.token] == args.form]
+    counts = {label: sum(o.label == label for o in found) for label in senses.values()}
+    print(f"{args.model}: {', '.join(f'{n} {label}' for label, n in counts.items())} occurrences")
+    print("| layer | " + " | ".join(f"{label}-{label}" for label in sorted(counts)) + " | across | triplets | 1-NN |")
+    print("|---" * (len(counts) + 4) + "|")
+    for layer in range(found[0].vectors.shape[0]):
+        stats = sense_separation(found, layer)
+        within = " | ".join(f"{stats.within[label]:.3f}" for label in sorted(counts))
+        print(f"| {layer} | {within} | {stats.across:.3f} | {stats.triplets:.2f} | {stats.nearest:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
