@@ -273,7 +273,7 @@ def _word_occurrences(args: argparse.Namespace):
 
 
 def cmd_similar(args: argparse.Namespace) -> None:
-    from elmo.context import nearest, occurrences
+    from elmo.context import nearest, occurrences, separation_report
 
     layer = -1 if args.layer == "top" else int(args.layer) if args.layer.isdigit() else None
     sentences, found, embedder = _word_occurrences(args)
@@ -291,6 +291,11 @@ def cmd_similar(args: argparse.Namespace) -> None:
         print(f"[{query.label}] {text}")
         for score, other in nearest(query, found, layer, args.k):
             print(f"    {score:+.3f}  [{other.label}] {sentences[other.sentence]}")
+    if report := separation_report(found):
+        print("\nhow each layer groups the occurrences by label (mean cosine within and across labels; triplets: "
+              "share of (anchor, same label, other label) triples where the same-label one is closer; 1-NN: "
+              "nearest-neighbour accuracy):")
+        print("\n".join(report))
 
 
 def cmd_plot(args: argparse.Namespace) -> None:

@@ -146,6 +146,23 @@ def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSepar
                            nearest=float((labels[masked.argmax(axis=1)] == labels).mean()))
 
 
+def separation_report(found: Sequence[Occurrence]) -> list[str]:
+    """A table, one line per layer, of ``sense_separation`` — or nothing when the labels cannot be compared (fewer
+    than two labels, or a label with a single occurrence, as when sentences are named by line number)."""
+    counts: dict[str, int] = {}
+    for o in found:
+        counts[o.label] = counts.get(o.label, 0) + 1
+    if len(counts) < 2 or min(counts.values()) < 2:
+        return []
+    names = sorted(counts)
+    lines = ["layer  " + "  ".join(f"{name}-{name}" for name in names) + "  across  triplets  1-NN"]
+    for layer in range(found[0].vectors.shape[0]):
+        stats = sense_separation(found, layer)
+        within = "  ".join(f"{stats.within[name]:>{2 * len(name) + 1}.3f}" for name in names)
+        lines.append(f"{layer:>5}  {within}  {stats.across:>6.3f}  {stats.triplets:>8.2f}  {stats.nearest:>4.2f}")
+    return lines
+
+
 def pca_2d(vectors: np.ndarray) -> np.ndarray:
     """(N, D) -> (N, 2): the first two principal components (centred SVD); fewer than 2 points stay at 0."""
     centred = vectors - vectors.mean(axis=0, keepdims=True)

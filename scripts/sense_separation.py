@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from elmo.context import annotated_occurrences, sense_separation
+from elmo.context import annotated_occurrences, separation_report
 from elmo.embed import Embedder
 from elmo.tasks.readers import read_wsd_xml
 
@@ -33,12 +33,7 @@ def main() -> None:
         found = [o for o in found if sentences[o.sentence].tokens[o.token] == args.form]
     counts = {label: sum(o.label == label for o in found) for label in senses.values()}
     print(f"{args.model}: {', '.join(f'{n} {label}' for label, n in counts.items())} occurrences")
-    print("| layer | " + " | ".join(f"{label}-{label}" for label in sorted(counts)) + " | across | triplets | 1-NN |")
-    print("|---" * (len(counts) + 4) + "|")
-    for layer in range(found[0].vectors.shape[0]):
-        stats = sense_separation(found, layer)
-        within = " | ".join(f"{stats.within[label]:.3f}" for label in sorted(counts))
-        print(f"| {layer} | {within} | {stats.across:.3f} | {stats.triplets:.2f} | {stats.nearest:.2f} |")
+    print("\n".join(separation_report(found)))
 
 
 if __name__ == "__main__":

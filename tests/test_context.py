@@ -76,6 +76,14 @@ def test_similar_and_plot_commands(tmp_path, capsys):
     assert main(["similar", "bank", "--sentences", str(sentences), *MODEL]) == 0
     out = capsys.readouterr().out
     assert "[money] I took money from the bank ." in out and out.count("[river]") == 2
+    assert "how each layer groups" not in out  # one occurrence per label: nothing to compare
+    two_each = tmp_path / "two.tsv"
+    two_each.write_text(sentences.read_text(encoding="utf-8") + "money\tThe bank lent money .\n"
+                        "river\tA grassy bank .\n", encoding="utf-8")
+    assert main(["similar", "bank", "--sentences", str(two_each), "-k", "1", *MODEL]) == 0
+    table = capsys.readouterr().out.split("how each layer groups")[1].splitlines()[1:]
+    assert table[0].split() == ["layer", "money-money", "river-river", "across", "triplets", "1-NN"]
+    assert [row.split()[0] for row in table[1:]] == ["0", "1", "2"]
     assert main(["similar", "bank", "--sentences", str(sentences), "--query", "A bank loan .", "--layer", "0",
                  *MODEL]) == 0
     out = capsys.readouterr().out
