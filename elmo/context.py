@@ -8,6 +8,7 @@ money, Korean "은행" bank vs ginkgo). In Korean a word is usually followed by 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -95,6 +96,8 @@ def annotated_occurrences(embedder: Embedder, sentences: Sequence[WsdSentence],
             if len(labels) == 1:
                 wanted.append((i, token, labels.pop()))
     rows = sorted({i for i, _, _ in wanted})
+    if not rows:
+        return []
     arrays = dict(zip(rows, embedder.embed([sentences[i].tokens for i in rows])))  # each (L+1, n, D)
     return [Occurrence(i, token, label, arrays[i][:, token]) for i, token, label in wanted]
 
@@ -110,7 +113,7 @@ def nearest(query: Occurrence, pool: Sequence[Occurrence], layer: int = -1, k: i
     return sorted(scored, key=lambda pair: -pair[0])[:k]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SenseSeparation:
     """How well one layer's vectors of a word group its occurrences by sense (the labels).
 
@@ -127,17 +130,17 @@ class SenseSeparation:
 
 def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSeparation:
     """Sense statistics of ``found`` at ``layer``; needs at least two labels and two occurrences of each."""
+    counts = Counter(o.label for o in found)
+    if len(counts) < 2 or min(counts.values()) < 2:
+        raise ValueError(f"need two or more labels with two or more occurrences each, got {dict(counts)}")
     labels = np.array([o.label for o in found])
-    names = sorted(set(labels))
-    if len(names) < 2 or any((labels == name).sum() < 2 for name in names):
-        raise ValueError(f"need two or more labels with two or more occurrences each, got "
-                         f"{ {name: int((labels == name).sum()) for name in names} }")
     vectors = np.stack([o.vectors[layer] for o in found]).astype(np.float64)  # (N, D)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     cosines = vectors @ vectors.T  # (N, N)
     same = labels[:, None] == labels[None, :]  # (N, N)
     off_diagonal = ~np.eye(len(found), dtype=bool)
-    within = {name: float(cosines[np.outer(labels == name, labels == name) & off_diagonal].mean()) for name in names}
+    within = {name: float(cosines[np.outer(labels == name, labels == name) & off_diagonal].mean())
+              for name in sorted(counts)}
     closer = [(cosines[i, same[i] & off_diagonal[i]][:, None] > cosines[i, ~same[i]][None, :]).ravel()
               for i in range(len(found))]  # per anchor: (same-label others x other-label occurrences)
     masked = np.where(off_diagonal, cosines, -np.inf)
@@ -149,9 +152,7 @@ def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSepar
 def separation_report(found: Sequence[Occurrence]) -> list[str]:
     """A table, one line per layer, of ``sense_separation`` — or nothing when the labels cannot be compared (fewer
     than two labels, or a label with a single occurrence, as when sentences are named by line number)."""
-    counts: dict[str, int] = {}
-    for o in found:
-        counts[o.label] = counts.get(o.label, 0) + 1
+    counts = Counter(o.label for o in found)
     if len(counts) < 2 or min(counts.values()) < 2:
         return []
     names = sorted(counts)

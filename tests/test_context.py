@@ -67,6 +67,7 @@ def test_annotated_occurrences_take_instances_with_exactly_one_wanted_sense():
     assert [(o.sentence, o.token, o.label) for o in found] == [(0, 1, "money"), (2, 2, "river")]
     expected = embedder.embed([["a", "grassy", "bank"]])[0][:, 2]  # (L+1, D)
     assert np.allclose(found[1].vectors, expected, atol=1e-6)
+    assert annotated_occurrences(embedder, sentences, {"bank%1:06:00::": "building"}) == []
 
 
 def test_similar_and_plot_commands(tmp_path, capsys):
