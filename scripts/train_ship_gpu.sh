@@ -41,8 +41,8 @@ evaluate() {  # lang files...
   local lang=$1; shift
   for f in "$@"; do
     echo "== $f"
-    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --batch-size 128 --quiet
-    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --quiet --zero-state  # as embedding reads
+    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --batch-size 128 --quiet --tokenize whitespace
+    $py -m elmo perplexity "runs/$lang-gpu" "runs/$f" --device "$device" --quiet --tokenize whitespace --zero-state  # as embedding reads
   done
   echo "== baselines (trained on runs/data/$lang/train.txt.gz, the same text)"
   cat "$data/baselines-$lang.txt"
