@@ -85,15 +85,16 @@ def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels:
     return found
 
 
-def annotated_occurrences(embedder: Embedder, sentences: Sequence[WsdSentence],
-                          senses: dict[str, str]) -> list[Occurrence]:
+def annotated_occurrences(embedder: Embedder, sentences: Sequence[WsdSentence], senses: dict[str, str],
+                          form: str | None = None) -> list[Occurrence]:
     """The sense-annotated instances (SemCor-style) whose gold keys hold exactly one of ``senses`` (sense key ->
-    label), with their vectors; the sentences' own tokens are embedded as given."""
+    label), with their vectors; only those written exactly ``form`` when given (bank, not banks or Bank). The
+    sentences' own tokens are embedded as given."""
     wanted: list[tuple[int, int, str]] = []  # (sentence, token, label)
     for i, sentence in enumerate(sentences):
         for token, _, keys in sentence.instances:
             labels = {senses[key] for key in keys if key in senses}
-            if len(labels) == 1:
+            if len(labels) == 1 and form in (None, sentence.tokens[token]):
                 wanted.append((i, token, labels.pop()))
     rows = sorted({i for i, _, _ in wanted})
     if not rows:

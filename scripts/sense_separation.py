@@ -28,9 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     senses = dict(item.rsplit("=", 1) if "=" in item else (item, item) for item in args.senses)
     sentences = read_wsd_xml(args.xml, args.keys)
-    found = annotated_occurrences(Embedder.from_pretrained(args.model), sentences, senses)
-    if args.form is not None:
-        found = [o for o in found if sentences[o.sentence].tokens[o.token] == args.form]
+    found = annotated_occurrences(Embedder.from_pretrained(args.model), sentences, senses, args.form)
     counts = {label: sum(o.label == label for o in found) for label in senses.values()}
     print(f"{args.model}: {', '.join(f'{n} {label}' for label, n in counts.items())} occurrences")
     print("\n".join(separation_report(found)))

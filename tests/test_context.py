@@ -68,6 +68,9 @@ def test_annotated_occurrences_take_instances_with_exactly_one_wanted_sense():
     expected = embedder.embed([["a", "grassy", "bank"]])[0][:, 2]  # (L+1, D)
     assert np.allclose(found[1].vectors, expected, atol=1e-6)
     assert annotated_occurrences(embedder, sentences, {"bank%1:06:00::": "building"}) == []
+    only_the_bank = annotated_occurrences(embedder, sentences, {"bank%1:14:00::": "money"}, form="bank")
+    assert [(o.sentence, o.token) for o in only_the_bank] == [(0, 1), (1, 2)]  # one wanted key each
+    assert annotated_occurrences(embedder, sentences, {"bank%1:14:00::": "money"}, form="Bank") == []
 
 
 def test_similar_and_plot_commands(tmp_path, capsys):

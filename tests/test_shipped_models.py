@@ -100,8 +100,7 @@ def test_semcor_bank_senses_on_sentences_nobody_chose(report):
 
     sentences = read_wsd_xml(SEMCOR / "semcor.data.xml.gz", SEMCOR / "semcor.gold.key.txt.gz")
     senses = {"bank%1:14:00::": "money", "bank%1:17:01::": "river"}
-    found = [o for o in annotated_occurrences(Embedder.from_pretrained("en"), sentences, senses)
-             if sentences[o.sentence].tokens[o.token] == "bank"]
+    found = annotated_occurrences(Embedder.from_pretrained("en"), sentences, senses, form="bank")
     counts = {label: sum(o.label == label for o in found) for label in senses.values()}
     assert counts["money"] >= 10 and counts["river"] >= 10
     stats = sense_separation(found)  # two labels: "across" is the money-river mean
