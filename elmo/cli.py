@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from elmo.config import ConfigError
+from elmo.errors import UsageError
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -117,7 +118,7 @@ def cmd_vocab_build(args: argparse.Namespace) -> None:
     source = SentenceSource(expand_files(args.files), get_tokenizer(args.tokenize), shuffle=False, loop=False)
     vocab = Vocabulary.build(_sentences(source), min_count=args.min_count, max_size=args.max_size)
     if len(vocab) <= len(SPECIALS):
-        raise ValueError(f"no words found in {', '.join(args.files)} (with --min-count {args.min_count}): "
+        raise UsageError(f"no words found in {', '.join(args.files)} (with --min-count {args.min_count}): "
                          f"nothing to write")
     vocab.save(args.output)
     print(f"wrote {len(vocab)} words to {args.output}", file=sys.stderr)
@@ -250,10 +251,10 @@ def cmd_baselines(args: argparse.Namespace) -> None:
     sets = [read([name]) for name in args.eval]  # read first: a bad held-out file fails before the long counting
     for name, evaluate in zip(args.eval, sets):
         if not any(evaluate):
-            raise ValueError(f"{name}: no words to evaluate (empty or blank text)")
+            raise UsageError(f"{name}: no words to evaluate (empty or blank text)")
     train = read(args.train)
     if not any(train):
-        raise ValueError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
+        raise UsageError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
     for name, results in zip(args.eval, baseline_perplexities_of_sets(vocab, train, sets)):
         for result in results:
             print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "
@@ -268,7 +269,7 @@ def _word_occurrences(args: argparse.Namespace):
     embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
     found = occurrences(embedder, args.word, sentences, labels)
     if not found:
-        raise ValueError(f"{args.sentences}: {args.word!r} does not occur in any of its {len(sentences)} sentences")
+        raise UsageError(f"{args.sentences}: {args.word!r} does not occur in any of its {len(sentences)} sentences")
     return sentences, found, embedder
 
 
@@ -279,11 +280,11 @@ def cmd_similar(args: argparse.Namespace) -> None:
     sentences, found, embedder = _word_occurrences(args)
     n_layers = found[0].vectors.shape[0]
     if layer is None or layer >= n_layers:
-        raise ValueError(f"--layer {args.layer}: give 'top' or a layer number from 0 to {n_layers - 1}")
+        raise UsageError(f"--layer {args.layer}: give 'top' or a layer number from 0 to {n_layers - 1}")
     if args.query:
         queries = occurrences(embedder, args.word, [args.query], ["query"])
         if not queries:
-            raise ValueError(f"--query: {args.word!r} does not occur in {args.query!r}")
+            raise UsageError(f"--query: {args.word!r} does not occur in {args.query!r}")
     else:
         queries = found
     for query in queries:
@@ -482,9 +483,8 @@ def cmd_task_eval(args: argparse.Namespace) -> None:
 
 
 def cmd_task_predict(args: argparse.Namespace) -> None:
-    from elmo.tasks.commands import predict_task
-
     from elmo.io.text_lines import numbered_lines
+    from elmo.tasks.commands import predict_task
 
     lines = [line for _, line in numbered_lines(args.input)]
     texts = [line for line in lines if line.strip()]

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from elmo.errors import ElmoError
+
 #: Training-time keys bilm-tf writes next to ``lstm`` and ``char_cnn``; inference ignores them silently.
 TRAINING_KEYS = frozenset(
     {
@@ -22,7 +24,7 @@ TRAINING_KEYS = frozenset(
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(ElmoError, ValueError):
     """An options/config file that cannot describe a model (one line: which key, what was wrong)."""
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from elmo.embed import Embedder
+from elmo.errors import MissingDependencyError, UsageError
 from elmo.io.text_lines import numbered_lines
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSepar
     """Sense statistics of ``found`` at ``layer``; needs at least two labels and two occurrences of each."""
     counts = Counter(o.label for o in found)
     if len(counts) < 2 or min(counts.values()) < 2:
-        raise ValueError(f"need two or more labels with two or more occurrences each, got {dict(counts)}")
+        raise UsageError(f"need two or more labels with two or more occurrences each, got {dict(counts)}")
     labels = np.array([o.label for o in found])
     vectors = np.stack([o.vectors[layer] for o in found]).astype(np.float64)  # (N, D)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
@@ -185,7 +186,7 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'elmo[plot]'") from None
+        raise MissingDependencyError("plotting needs matplotlib: pip install 'elmo[plot]'") from None
     from elmo.io.atomic import atomic_path
 
     n_layers = found[0].vectors.shape[0]
@@ -220,7 +221,7 @@ def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str]]:
         return [line for _, line in numbered], [f"line {n}" for n, _ in numbered]
     if len(tabbed) < len(numbered):
         plain = next(n for n, line in numbered if "\t" not in line)
-        raise ValueError(f"{path}, line {plain}: no label (label<TAB>sentence) though line {tabbed[0]} has one; "
+        raise UsageError(f"{path}, line {plain}: no label (label<TAB>sentence) though line {tabbed[0]} has one; "
                          f"label every line or none")
     pairs = [line.split("\t", 1) for _, line in numbered]
     return [s for _, s in pairs], [label for label, _ in pairs]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from elmo.errors import UsageError
+
 
 def check_device(name: str | torch.device | None, what: str = "device") -> None:
     """A device this machine can run on, or a one-line ValueError saying what to use instead (torch itself
@@ -13,10 +15,10 @@ def check_device(name: str | torch.device | None, what: str = "device") -> None:
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError):
-        raise ValueError(f"{what} {name}: not a device name (cpu, cuda, cuda:1, mps)") from None
+        raise UsageError(f"{what} {name}: not a device name (cpu, cuda, cuda:1, mps)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{what} {name}: CUDA is not available on this machine; use cpu")
+        raise UsageError(f"{what} {name}: CUDA is not available on this machine; use cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"{what} {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        raise UsageError(f"{what} {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"{what} {name}: MPS is not available on this machine; use cpu")
+        raise UsageError(f"{what} {name}: MPS is not available on this machine; use cpu")

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from elmo.data.chars import batch_to_ids
 from elmo.devices import check_device
+from elmo.errors import InputTypeError, UsageError
 from elmo.model.bilm import BiLM, remove_sentence_boundaries
 
 Layers = Union[str, int]
@@ -32,16 +33,16 @@ class Embedder:
                  mix_weights: Sequence[float] | None = None, gamma: float = 1.0,
                  cache_words: Sequence[str] | None = None, precision: str = "fp32") -> None:
         if bilm.stateful:
-            raise ValueError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
+            raise UsageError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
         check_device(device)
         if max_tokens < 1 or max_batch_size < 1:
-            raise ValueError(f"max_tokens and max_batch_size must be >= 1, got {max_tokens} and {max_batch_size}")
+            raise UsageError(f"max_tokens and max_batch_size must be >= 1, got {max_tokens} and {max_batch_size}")
         if isinstance(tokenizer, str):  # a name, as on the command line: "en", "ko", "whitespace" ...
             from elmo.text.tokenize import get_tokenizer
 
             tokenizer = get_tokenizer(tokenizer)
         if tokenizer is not None and not callable(tokenizer):
-            raise TypeError(f"tokenizer must be a function str -> list[str] or a name, got {type(tokenizer).__name__}")
+            raise InputTypeError(f"tokenizer must be a function str -> list[str] or a name, got {type(tokenizer).__name__}")
         self.bilm = bilm.to(device).eval()
         self.tokenizer = tokenizer or str.split
         self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
@@ -49,7 +50,7 @@ class Embedder:
         n = bilm.config.n_output_layers
         weights = torch.zeros(n) if mix_weights is None else torch.tensor(list(mix_weights), dtype=torch.float)
         if weights.shape != (n,):
-            raise ValueError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
+            raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
         self.mix = gamma * torch.softmax(weights, dim=0)  # (L+1,)
         self.bilm.set_matmul_precision(precision)  # "bf16": faster on CPUs with bf16 units, vectors about 0.4 % off (BENCHMARKS.md)
         if cache_words is not None:  # token layer precomputed for these words; others go through the CNN
@@ -84,7 +85,7 @@ class Embedder:
         token_lists = self.tokenize([sentences] if single else sentences)
         _check_layers(layers, self.bilm.config.n_output_layers)
         if pooling not in (None, "mean", "max"):
-            raise ValueError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
+            raise UsageError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
         results: list[np.ndarray | None] = [None] * len(token_lists)
         bar = tqdm(total=len(token_lists), unit="sent", disable=not progress)
         for indices in self.batches(token_lists):
@@ -106,7 +107,7 @@ class Embedder:
     def embed_sentences(self, sentences: Iterable[str | Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Lazily, in input order, ``batch_size`` sentences at a time: any number of sentences in bounded memory."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise UsageError(f"batch_size must be >= 1, got {batch_size}")
         iterator = iter(sentences)
         while chunk := list(islice(iterator, batch_size)):
             yield from self.embed_batch(chunk)
@@ -133,13 +134,13 @@ class Embedder:
 
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
         if isinstance(sentences, (str, bytes)) or sentences is None:
-            raise TypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
+            raise InputTypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
         out = []
         for index, sentence in enumerate(sentences):
             if isinstance(sentence, str):
                 out.append(self.tokenizer(sentence))
             elif isinstance(sentence, (bytes, type(None))) or not hasattr(sentence, "__iter__"):
-                raise TypeError(f"sentence {index}: expected a string or a list of tokens, got "
+                raise InputTypeError(f"sentence {index}: expected a string or a list of tokens, got "
                                 f"{type(sentence).__name__}")
             else:
                 out.append(list(sentence))
@@ -212,9 +213,9 @@ def _check_layers(layers: Layers, n_layers: int) -> None:
     if isinstance(layers, np.integer):
         layers = int(layers)
     if isinstance(layers, bool):  # an int to Python, but layers=True means nothing
-        raise ValueError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
+        raise UsageError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
     if isinstance(layers, str):
         if layers not in ("all", "top", "average", "mix"):
-            raise ValueError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
+            raise UsageError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
     elif not isinstance(layers, int) or not -n_layers <= layers < n_layers:
-        raise ValueError(f"layers={layers!r}: this model has layers 0..{n_layers - 1}")
+        raise UsageError(f"layers={layers!r}: this model has layers 0..{n_layers - 1}")

@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from elmo.embed import length_batches, run_batch
+from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import NotUtf8Error, TextLineError, count_lines, numbered_lines
 from elmo.memory import fix_mmap_threshold
@@ -33,7 +34,7 @@ OutputLayers = Literal["all", "top", "average"]
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
 
 
-class InputFileError(ValueError):
+class InputFileError(ElmoError, ValueError):
     """Bad input text: names the file and line and says what to do."""
 
 
@@ -77,9 +78,9 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     part (same input and settings required); without it, leftover parts are discarded.
     """
     if layers not in ("all", "top", "average"):
-        raise ValueError(f"layers must be 'all', 'top' or 'average', got {layers!r}")
+        raise UsageError(f"layers must be 'all', 'top' or 'average', got {layers!r}")
     if batch_size < 1:
-        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+        raise UsageError(f"batch size must be >= 1, got {batch_size}")
     if Path(input_path).exists() and not Path(input_path).is_file():
         raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
                              f"count lines, then to embed them): save it to a file first")

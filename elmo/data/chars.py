@@ -12,6 +12,8 @@ from typing import Sequence
 
 import torch
 
+from elmo.errors import InputTypeError
+
 # Raw ids (rows 0..260 of the official `char_embed` table). Bytes take 0..255.
 BOS_CHAR = 256  # begin of sentence
 EOS_CHAR = 257  # end of sentence
@@ -56,18 +58,18 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     boundaries are added: the model adds ``<S>``/``</S>`` itself.
     """
     if isinstance(sentences, str):
-        raise TypeError("batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not a string")
+        raise InputTypeError("batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not a string")
     longest = max((len(s) for s in sentences), default=0)
     ids = torch.zeros(len(sentences), max(longest, 1), width, dtype=torch.long)  # (B, T, W)
     for row, sentence in enumerate(sentences):
         if isinstance(sentence, str):
-            raise TypeError(f"sentence {row} is a string; pass tokens, e.g. {sentence.split()[:3]!r}")
+            raise InputTypeError(f"sentence {row} is a string; pass tokens, e.g. {sentence.split()[:3]!r}")
         if len(sentence):  # any sequence of strings (a list, a tuple, a numpy array)
             try:
                 ids[row, : len(sentence)] = torch.tensor([word_to_char_ids(w, width) for w in sentence])
             except (AttributeError, TypeError):
                 position, word = next((i, w) for i, w in enumerate(sentence) if not isinstance(w, str))
-                raise TypeError(f"sentence {row}, token {position}: {word!r} is not a string") from None
+                raise InputTypeError(f"sentence {row}, token {position}: {word!r} is not a string") from None
     return ids
 
 

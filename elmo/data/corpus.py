@@ -33,10 +33,11 @@ import torch
 
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_ids
 from elmo.data.vocab import Vocabulary
+from elmo.errors import ElmoError
 from elmo.io.text_lines import Utf8Lines
 
 
-class CorpusError(ValueError):
+class CorpusError(ElmoError, ValueError):
     """Training text that cannot be read (names the file and line)."""
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN
+from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import TextLineError, numbered_lines
 
@@ -19,7 +20,7 @@ SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 UNKNOWN_SHARE_WARNING = 0.10
 
 
-class VocabError(ValueError):
+class VocabError(ElmoError, ValueError):
     """A vocabulary file that cannot be used (names the file and line)."""
 
 
@@ -91,7 +92,7 @@ class Vocabulary:
         ranked = [w for w, c in counts.most_common() if c >= min_count]
         if max_size is not None:
             if max_size <= len(SPECIALS):
-                raise ValueError(f"max size {max_size} leaves no room for words beside the {len(SPECIALS)} special "
+                raise UsageError(f"max size {max_size} leaves no room for words beside the {len(SPECIALS)} special "
                                  f"tokens {', '.join(SPECIALS)}: give at least {len(SPECIALS) + 1}")
             ranked = ranked[: max_size - len(SPECIALS)]
         return cls([*SPECIALS, *ranked])

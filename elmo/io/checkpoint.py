@@ -28,6 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from elmo.data.vocab import Vocabulary
+from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path, new_file_mode
 from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
 from elmo.model.bilm import BiLM
@@ -178,7 +179,7 @@ def _json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path.name} is not valid JSON ({err})") from None
+        raise UsageError(f"{path.name} is not valid JSON ({err})") from None
 
 
 def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary) -> Path:

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from elmo.errors import ElmoError
 from elmo.io.atomic import atomic_path
 
 
-class DownloadError(OSError):
+class DownloadError(ElmoError, OSError):
     """A download that failed or did not match its checksum (one line, with what to do)."""
 
 

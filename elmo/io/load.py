@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from elmo.errors import UsageError
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.native import is_model_dir, load_model
 from elmo.io.official import WeightFileError, load_official
@@ -17,7 +18,7 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
     from elmo import pretrained
 
     if model is not None and (options is not None or weights is not None):
-        raise ValueError("give either a model directory or --options and --weights, not both")
+        raise UsageError("give either a model directory or --options and --weights, not both")
     if model is None and options is None and weights is None:
         model = pretrained.resolve(pretrained.DEFAULT_MODEL)["model"]  # shipped: a local folder "en" is not it
     elif model is not None and pretrained.is_model_name(str(model)):
@@ -25,7 +26,7 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
         model, options, weights = files.get("model"), files.get("options"), files.get("weights")
     if model is None:
         if options is None or weights is None:
-            raise ValueError("no model: give a model directory, or both the options file and the weight file")
+            raise UsageError("no model: give a model directory, or both the options file and the weight file")
         return load_official(options, weights, stateful=stateful)
     root = Path(model)
     if is_model_dir(root):

@@ -13,6 +13,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from elmo.config import ConfigError, ElmoConfig
+from elmo.errors import ElmoError
 from elmo.io.atomic import atomic_path
 from elmo.model.bilm import BiLM
 
@@ -21,7 +22,7 @@ WEIGHTS_NAME = "model.safetensors"
 FORMAT_VERSION = 1
 
 
-class ModelFileError(ValueError):
+class ModelFileError(ElmoError, ValueError):
     """A model directory whose files are missing, corrupt or do not match each other (one line)."""
 
 

@@ -16,11 +16,12 @@ import numpy as np
 import torch
 
 from elmo.config import ElmoConfig
+from elmo.errors import ElmoError
 from elmo.io.atomic import atomic_path
 from elmo.model.bilm import BiLM
 
 
-class WeightFileError(ValueError):
+class WeightFileError(ElmoError, ValueError):
     """A weight file that does not hold the model its options describe (one line: file, dataset, shapes)."""
 
 

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from elmo.errors import ElmoError
+
 GZIP_MAGIC = b"\x1f\x8b"
 READ_ERRORS = (EOFError, OSError, zlib.error)  # what a damaged or truncated gzip stream raises
 
 
-class TextLineError(ValueError):
+class TextLineError(ElmoError, ValueError):
     """A line that cannot be read as UTF-8 text; the message starts with ``path, line N:``."""
 
     def __init__(self, path: str | Path, line: int, problem: str, hint: str) -> None:

@@ -20,6 +20,7 @@ from torch import nn
 
 from elmo.config import ElmoConfig
 from elmo.data.chars import add_sentence_boundaries
+from elmo.errors import UsageError
 from elmo.model.char_cnn import CharEncoder
 from elmo.model.lstm import LSTMStack, build_lstm_stack
 from elmo.model.state import BiState, StateCarrier, zero_state
@@ -49,6 +50,9 @@ class BiLM(nn.Module):
         self.stateful = stateful
         self._carrier = StateCarrier()
         self.matmul_precision = "fp32"  # set_matmul_precision changes it
+        # how the model's training text was split ("en", "ko", "ko-morph"; None: at whitespace). Loaders set it from
+        # the model's files, savers write it back, and raw text given to the model goes through this tokenizer.
+        self.tokenizer_name: str | None = None
 
     @classmethod
     def from_config(cls, config: ElmoConfig, stateful: bool = False) -> "BiLM":
@@ -72,7 +76,7 @@ class BiLM(nn.Module):
         LSTM states and gates stay float32 in every mode."""
         dtypes = {"fp32": (None, None), "bf16": (torch.bfloat16, torch.bfloat16), "int8": (None, torch.qint8)}
         if precision not in dtypes:
-            raise ValueError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
+            raise UsageError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
         self.char_encoder.matmul_dtype, lstm_dtype = dtypes[precision]
         self.matmul_precision = precision
         for stack in (self.forward_stack, self.backward_stack):

@@ -8,6 +8,7 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
+from elmo.errors import InputTypeError, UsageError
 from elmo.model.bilm import BiLM, remove_sentence_boundaries
 from elmo.model.mix import ComponentProjection, ScalarMix
 
@@ -27,11 +28,11 @@ class Elmo(nn.Module):
                  output: Literal["mix", "projection"] = "mix", projection_dim: int = 512) -> None:
         super().__init__()
         if not isinstance(bilm, BiLM):
-            raise TypeError(f"Elmo takes a BiLM, got {type(bilm).__name__}; for AllenNLP's Elmo(options_file, "
+            raise InputTypeError(f"Elmo takes a BiLM, got {type(bilm).__name__}; for AllenNLP's Elmo(options_file, "
                             "weight_file, n) write Elmo.from_pretrained(options=options_file, weights=weight_file, "
                             "num_output_representations=n)")
         if output not in ("mix", "projection"):
-            raise ValueError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
+            raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
         self.bilm = bilm
         for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
             p.requires_grad_(requires_grad)
@@ -78,11 +79,11 @@ class Elmo(nn.Module):
         """char_ids (B, T, W) from ``batch_to_ids``, or (..., T, W) with more leading axes (several passages or
         choices per example): the outputs then have the same leading axes, (..., T, D), and the mask (..., T)."""
         if not isinstance(char_ids, torch.Tensor) or char_ids.dim() < 3:
-            raise TypeError("Elmo takes character ids (batch, tokens, characters): pass batch_to_ids(sentences), "
+            raise InputTypeError("Elmo takes character ids (batch, tokens, characters): pass batch_to_ids(sentences), "
                             f"not {type(char_ids).__name__}"
                             + (f" of shape {tuple(char_ids.shape)}" if isinstance(char_ids, torch.Tensor) else ""))
         if char_ids.dtype.is_floating_point or char_ids.dtype == torch.bool:
-            raise TypeError(f"Elmo takes integer character ids, got {char_ids.dtype}")
+            raise InputTypeError(f"Elmo takes integer character ids, got {char_ids.dtype}")
         char_ids = char_ids.long()  # int32 ids (from numpy, other tools) index the embedding like int64 ones
         if char_ids.dim() > 3:
             lead = char_ids.shape[:-2]

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from elmo.errors import UsageError
 from elmo.model.bilm import BiLM
 from elmo.model.lstm import ProjectedLSTMLayer, State
 
@@ -50,7 +51,7 @@ def use_fused_lstm(bilm: BiLM, allow_clips: bool = False) -> None:
     """Replace every layer of ``bilm``'s stacks by a FusedLayer (inference only; weights are copied)."""
     lstm = bilm.config.lstm
     if (lstm.cell_clip or lstm.proj_clip) and not allow_clips:
-        raise ValueError("this model clips its LSTM (cell_clip/proj_clip), which nn.LSTM cannot do: results would "
+        raise UsageError("this model clips its LSTM (cell_clip/proj_clip), which nn.LSTM cannot do: results would "
                          "differ; pass allow_clips=True to accept that")
     if lstm.cell_clip or lstm.proj_clip:
         warnings.warn("fused nn.LSTM ignores the cell and projection clips: outputs differ where they would fire")

@@ -7,6 +7,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from elmo.errors import UsageError
+
 
 class ScalarMix(nn.Module):
     """``gamma * sum_k softmax(w)_k * layer_k``; at initialisation (w = 0, gamma = 1) the plain mean of the layers.
@@ -20,7 +22,7 @@ class ScalarMix(nn.Module):
         super().__init__()
         weights = torch.zeros(n_layers) if initial_weights is None else torch.tensor(list(initial_weights), dtype=torch.float)
         if weights.shape != (n_layers,):
-            raise ValueError(f"ScalarMix: {len(weights)} initial weights given for {n_layers} layers")
+            raise UsageError(f"ScalarMix: {len(weights)} initial weights given for {n_layers} layers")
         self.weights = nn.Parameter(weights, requires_grad=trainable)  # (L+1,) pre-softmax
         self.gamma = nn.Parameter(torch.tensor([float(initial_gamma)]), requires_grad=trainable)
         self.do_layer_norm = do_layer_norm
@@ -29,11 +31,11 @@ class ScalarMix(nn.Module):
     def forward(self, layers: Sequence[torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
         """L + 1 tensors (B, T, D) -> (B, T, D). ``mask`` (B, T) is needed only with layer norm."""
         if len(layers) != len(self.weights):
-            raise ValueError(f"ScalarMix: got {len(layers)} layers, built for {len(self.weights)}")
+            raise UsageError(f"ScalarMix: got {len(layers)} layers, built for {len(self.weights)}")
         s = torch.softmax(self.weights, dim=0)  # (L+1,)
         if self.do_layer_norm:
             if mask is None:
-                raise ValueError("ScalarMix with layer norm needs the mask")
+                raise UsageError("ScalarMix with layer norm needs the mask")
             # as AllenNLP: 1e-13 vanishes in float16 / bfloat16, where a constant layer would then give NaN
             eps = self.eps if layers[0].dtype in (torch.float32, torch.float64) else max(self.eps, 1e-4)
             layers = [_masked_layer_norm(layer, mask, eps) for layer in layers]
@@ -62,5 +64,5 @@ class ComponentProjection(nn.Module):
         """token (B, T, P), L forward and L backward (B, T, P) -> (B, T, projection_dim)."""
         parts = [token, *forward_layers, *backward_layers]
         if len(parts) != self.n_components:
-            raise ValueError(f"ComponentProjection: got {len(parts)} components, built for {self.n_components}")
+            raise UsageError(f"ComponentProjection: got {len(parts)} components, built for {self.n_components}")
         return self.projection(torch.cat(parts, dim=-1))  # (B, T, 5P) @ (5P, D)

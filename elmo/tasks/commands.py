@@ -9,11 +9,20 @@ from pathlib import Path
 from typing import Callable
 
 from elmo.embed import Embedder
+from elmo.errors import UsageError
 from elmo.io.download import cache_dir
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
-from elmo.tasks.train import (TaskConfig, check_head_settings, load_task, predict, prepare_output, save_task, score,
-                              train_head)
+from elmo.tasks.train import (
+    TaskConfig,
+    check_head_settings,
+    load_task,
+    predict,
+    prepare_output,
+    save_task,
+    score,
+    train_head,
+)
 
 # format name -> reader; tagged formats give TaggedSentence, the others LabelledText
 FORMATS: dict[str, Callable] = {
@@ -35,12 +44,12 @@ def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items
     """(inputs, gold labels): token lists and tag lists for taggers, raw texts and labels for classification."""
     fmt = fmt or DEFAULT_FORMAT[task]
     if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if (task == "classify") == (fmt in TAGGED):
-        raise ValueError(f"format {fmt!r} does not fit task {task!r} (tagged formats: {', '.join(sorted(TAGGED))})")
+        raise UsageError(f"format {fmt!r} does not fit task {task!r} (tagged formats: {', '.join(sorted(TAGGED))})")
     items = FORMATS[fmt](path)[:max_items]
     if not items:
-        raise ValueError(f"{path}: no examples read (format {fmt})")
+        raise UsageError(f"{path}: no examples read (format {fmt})")
     if fmt in TAGGED:
         return [s.tokens for s in items], [s.tags for s in items]
     return [s.text for s in items], [s.label for s in items]
@@ -51,7 +60,7 @@ def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, pro
     token_lists = embedder.tokenize(inputs)
     empty = [i for i, t in enumerate(token_lists) if not t]
     if empty:
-        raise ValueError(f"{source}: example {empty[0] + 1} has no tokens after tokenisation; remove empty "
+        raise UsageError(f"{source}: example {empty[0] + 1} has no tokens after tokenisation; remove empty "
                          f"examples")
     return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
 
@@ -131,7 +140,7 @@ def _checked_embedder(config: TaskConfig) -> Embedder:
     """The biLM the head was trained on; a different one (an updated model, another directory) is refused."""
     embedder = _embedder(config.model, config.tokenize)
     if config.model_id and model_id(embedder) != config.model_id:
-        raise ValueError(f"the biLM {config.model!r} is not the one this task model was trained on "
+        raise UsageError(f"the biLM {config.model!r} is not the one this task model was trained on "
                          f"(its weights differ); retrain the task model")
     return embedder
 

@@ -18,8 +18,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from elmo.embed import Embedder
+from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
-
 
 FEATURES_VERSION = "1"  # bump when the way features are computed changes: old caches are then not reused
 
@@ -64,7 +64,7 @@ def build_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], pat
     """Embed every sentence (all layers) into ``path``, written atomically; returns the cache."""
     lengths = np.array([len(t) for t in token_lists], dtype=np.int64)
     if (lengths == 0).any():
-        raise ValueError(f"sentence {int(np.argmax(lengths == 0))} has no tokens; drop empty sentences first")
+        raise UsageError(f"sentence {int(np.argmax(lengths == 0))} has no tokens; drop empty sentences first")
     offsets = np.concatenate([[0], np.cumsum(lengths)])  # (S+1,)
     n_layers, dim = embedder.bilm.config.n_output_layers, embedder.dim
     path = Path(path)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from elmo.errors import UsageError
 from elmo.model.mix import ScalarMix
 
 
@@ -20,7 +21,7 @@ class LayerInput(nn.Module):
     def __init__(self, n_layers: int, mode: str = "mix") -> None:
         super().__init__()
         if mode not in ("mix", "token") and not (mode.isdigit() and int(mode) < n_layers):
-            raise ValueError(f"input must be 'mix', 'token' or a layer number below {n_layers}, got {mode!r}")
+            raise UsageError(f"input must be 'mix', 'token' or a layer number below {n_layers}, got {mode!r}")
         self.mode = mode
         self.mix = ScalarMix(n_layers) if mode == "mix" else None
 
@@ -76,7 +77,7 @@ class CRF(nn.Module):
         self.start = nn.Parameter(torch.zeros(n_tags))
         self.end = nn.Parameter(torch.zeros(n_tags))
         if labels is not None and len(labels) != n_tags:
-            raise ValueError(f"{len(labels)} labels for {n_tags} tags")
+            raise UsageError(f"{len(labels)} labels for {n_tags} tags")
         allowed, first = bio_constraints(labels) if labels is not None else (None, None)
         self.register_buffer("allowed", allowed, persistent=False)  # (K, K) bool or None; not saved: from labels
         self.register_buffer("allowed_start", first, persistent=False)  # (K,) bool or None

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from elmo.embed import Embedder
+from elmo.errors import MissingDependencyError
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features
 
@@ -35,7 +36,7 @@ def train_word2vec(sentences: Iterable[Sequence[str]], out: str | Path, dim: int
     try:
         from gensim.models import Word2Vec
     except ImportError:
-        raise ImportError("the static baseline needs gensim: pip install gensim") from None
+        raise MissingDependencyError("the static baseline needs gensim: pip install gensim") from None
     from elmo.io.atomic import atomic_path
 
     corpus = [list(s) for s in sentences if s]

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmo.errors import ElmoError, UsageError
 from elmo.io.text_lines import TextLineError, numbered_lines
 
 __all__ = [
@@ -75,7 +76,7 @@ class WsdSentence:
     sentence_id: str = ""
 
 
-class DataFormatError(ValueError):
+class DataFormatError(ElmoError, ValueError):
     """A dataset file is not in the expected format; the message reads ``path:line: what was wrong; what to do``."""
 
     def __init__(self, path: str | Path, line: int, problem: str, hint: str) -> None:
@@ -123,7 +124,7 @@ def iob1_to_bio(tags: list[str]) -> list[str]:
     previous = "O"
     for tag in tags:
         if not _is_bio_tag(tag):
-            raise ValueError(f"not an IOB tag: {tag!r} (expected 'O', 'B-TYPE' or 'I-TYPE')")
+            raise UsageError(f"not an IOB tag: {tag!r} (expected 'O', 'B-TYPE' or 'I-TYPE')")
         if tag.startswith("I-") and (previous == "O" or previous[2:] != tag[2:]):
             tag = "B-" + tag[2:]
         bio.append(tag)
@@ -188,7 +189,7 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
     the syntactic words, which is what UD's POS tags label.
     """
     if column not in _CONLLU_COLUMNS:
-        raise ValueError(f"column must be one of {sorted(_CONLLU_COLUMNS)}, not {column!r}")
+        raise UsageError(f"column must be one of {sorted(_CONLLU_COLUMNS)}, not {column!r}")
     index = _CONLLU_COLUMNS[column]
     sentences: list[TaggedSentence] = []
     for block in _iter_blocks(path):

@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import sha256_of
 from elmo.tasks.features import FeatureCache
@@ -31,9 +32,9 @@ def check_head_settings(epochs: int, batch_size: int, hidden_dim: int, learning_
     """One-line errors for settings no head can train with (checked before any embedding work starts)."""
     for name, value in (("epochs", epochs), ("batch size", batch_size), ("hidden size", hidden_dim)):
         if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
+            raise UsageError(f"{name} must be at least 1, got {value}")
     if not learning_rate > 0:
-        raise ValueError(f"learning rate must be positive, got {learning_rate}")
+        raise UsageError(f"learning rate must be positive, got {learning_rate}")
 
 
 @dataclass
@@ -61,7 +62,7 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}: choose one of {', '.join(TASKS)}")
+            raise UsageError(f"unknown task {self.task!r}: choose one of {', '.join(TASKS)}")
         check_head_settings(self.epochs, self.batch_size, self.hidden_dim, self.learning_rate)
 
     @property
@@ -169,7 +170,7 @@ def prepare_output(out_dir: str | Path) -> Path:
     """Create the task model's directory up front, so a bad path fails before training, not after."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a directory")
+        raise UsageError(f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -194,10 +195,10 @@ def load_task(path: str | Path) -> tuple[torch.nn.Module, TaskConfig]:
         record = json.loads((root / "task.json").read_text(encoding="utf-8"))
         expected = record.pop("head_sha256", None)
         if expected is not None and expected != sha256_of(root / "head.safetensors"):
-            raise ValueError("head.safetensors does not belong to this task.json (an interrupted save?)")
+            raise UsageError("head.safetensors does not belong to this task.json (an interrupted save?)")
         config = TaskConfig(**record)
         head = build_head(config)
         head.load_state_dict(load_file(str(root / "head.safetensors")), strict=True)
     except (ValueError, TypeError, RuntimeError, SafetensorError, AttributeError) as err:
-        raise ValueError(f"{root}: not a valid task model ({err})") from None
+        raise UsageError(f"{root}: not a valid task model ({err})") from None
     return head.eval(), config

@@ -15,6 +15,8 @@ import re
 import unicodedata
 from typing import Callable
 
+from elmo.errors import MissingDependencyError, UsageError
+
 Tokenizer = Callable[[str], list[str]]
 
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -105,7 +107,7 @@ def korean_morpheme_tokenizer() -> Tokenizer:
     try:
         from kiwipiepy import Kiwi
     except ImportError:
-        raise ImportError("the Korean morpheme tokenizer needs kiwipiepy: pip install 'elmo[korean]' "
+        raise MissingDependencyError("the Korean morpheme tokenizer needs kiwipiepy: pip install 'elmo[korean]' "
                           "(or use --tokenize ko, which splits on whitespace into eojeol)") from None
     kiwi = Kiwi()
     return lambda text: [token.form for token in kiwi.tokenize(text)]
@@ -124,4 +126,4 @@ def get_tokenizer(name: str | None) -> Tokenizer:
         return korean_tokenize
     if name == "ko-morph":
         return korean_morpheme_tokenizer()
-    raise ValueError(f"unknown tokenizer {name!r}: choose {', '.join(TOKENIZER_NAMES)}")
+    raise UsageError(f"unknown tokenizer {name!r}: choose {', '.join(TOKENIZER_NAMES)}")

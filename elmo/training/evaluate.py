@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from elmo.data.chars import batch_to_ids
 from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
+from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LMSoftmax
@@ -78,7 +79,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                                 direction="forward" if direction == 0 else "backward")
     bar.close()
     if counts[0] == 0:
-        raise ValueError("no text to evaluate: the files hold no non-empty line")
+        raise UsageError("no text to evaluate: the files hold no non-empty line")
     return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0], unknown)
 
 
@@ -104,7 +105,7 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
         bar.update(tokens)
     bar.close()
     if count == 0:
-        raise ValueError("no text to evaluate: the files hold no non-empty line")
+        raise UsageError("no text to evaluate: the files hold no non-empty line")
     return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown)
 
 
@@ -178,7 +179,7 @@ def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Seque
                 k: int = 10) -> dict[str, list[tuple[str, float]]]:
     """The top-k words each LM expects at ``position`` (0-based), with probabilities, and their product of experts."""
     if not 0 <= position < len(tokens):
-        raise ValueError(f"position {position} is outside the sentence (0..{len(tokens) - 1})")
+        raise UsageError(f"position {position} is outside the sentence (0..{len(tokens) - 1})")
     _, fwd, bwd = direction_log_probs(bilm, softmax, [list(tokens)])
     specials = torch.tensor([vocab.bos, vocab.eos, vocab.unk])
     result = {}

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmo.errors import UsageError
+
 
 class LMSoftmax(nn.Module):
     """``logits = h W^T + b`` over the vocabulary; W (V, P) initialised N(0, 1/sqrt(P)), b zeros (bilm-tf)."""
@@ -124,7 +126,7 @@ class LogUniformSampler:
     def sample(self, n: int) -> tuple[torch.Tensor, int]:
         """``n`` distinct ids (n < V) and the number of draws it took."""
         if not 0 < n < self.vocab_size:
-            raise ValueError(f"need 0 < n_negative_samples < vocabulary size {self.vocab_size}, got {n}")
+            raise UsageError(f"need 0 < n_negative_samples < vocabulary size {self.vocab_size}, got {n}")
         draws = torch.empty(0, dtype=torch.long)
         size = 2 * n
         while True:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import nullcontext
 import os
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from elmo import pretrained
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
+from elmo.errors import ElmoError, UsageError
 from elmo.io.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from elmo.io.native import load_state_strict
 from elmo.text.tokenize import get_tokenizer
@@ -34,7 +35,6 @@ from elmo.training.config import TrainConfig
 from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LogUniformSampler
-
 
 _ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
 
@@ -55,7 +55,7 @@ class Distributed:
         return self.rank == 0
 
 
-class TrainingDiverged(ValueError):
+class TrainingDiverged(ElmoError, ValueError):
     """Too many consecutive batches with a non-finite loss."""
 
 
@@ -68,17 +68,17 @@ def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
     chosen = resolve_checkpoint(resume).resolve() if resume is not None else None
     if chosen is not None and chosen.parent == out_dir.resolve():
         if chosen != existing[-1].resolve():  # going back: "newest" would soon mean the abandoned branch
-            raise ValueError(f"{out_dir} has checkpoints newer than {chosen.name} (up to {existing[-1].name}): "
+            raise UsageError(f"{out_dir} has checkpoints newer than {chosen.name} (up to {existing[-1].name}): "
                              f"resume into a new folder (--out NEW --resume {chosen}), or move the newer ones away")
         return
-    raise ValueError(f"{out_dir} already holds a run (checkpoints up to {existing[-1].name}): pass --resume {out_dir} "
+    raise UsageError(f"{out_dir} already holds a run (checkpoints up to {existing[-1].name}): pass --resume {out_dir} "
                      "to continue that run, or choose a new --out")
 
 
 def _check_same_vocabulary(given: Vocabulary | None, own: Vocabulary, source: str | Path) -> None:
     """A run from a model with a softmax keeps that softmax's vocabulary: a different --vocab is a mistake."""
     if given is not None and given.words != own.words:
-        raise ValueError(f"the vocabulary given differs from {source}'s: a continued or adapted run keeps its own "
+        raise UsageError(f"the vocabulary given differs from {source}'s: a continued or adapted run keeps its own "
                          f"(the softmax rows belong to its words); leave out --vocab")
 
 
@@ -89,7 +89,7 @@ def _start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | Non
     biLM without a softmax, a frozen start while the new softmax learns."""
     if vocab is None and not has_softmax(source):  # before loading (or downloading) anything
         freeze = config.freeze_bilm_steps if config.freeze_bilm_steps is not None else DEFAULT_FREEZE_STEPS
-        raise ValueError(f"{source} is a biLM without a softmax: give the words of the new softmax with --vocab "
+        raise UsageError(f"{source} is a biLM without a softmax: give the words of the new softmax with --vocab "
                          f"(build them from your text with `elmo vocab build`, with the --tokenize the model was "
                          f"trained with); the biLM then stays frozen for the first {freeze} batches "
                          f"(--freeze-bilm-steps) while the softmax learns")
@@ -125,13 +125,13 @@ class Trainer:
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         self._checked_unknown = False
         if resume and init_from:
-            raise ValueError("give --resume (continue a run exactly) or --init-from (start a new run from its "
+            raise UsageError("give --resume (continue a run exactly) or --init-from (start a new run from its "
                              "weights), not both")
         _check_out_dir_is_free(self.out_dir, resume)
         checkpoint = load_checkpoint(resume) if resume else None
         start = None
         if resume and checkpoint.optimizer is None:
-            raise ValueError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
+            raise UsageError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
                              f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
         if resume:
             saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
@@ -148,7 +148,7 @@ class Trainer:
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)
         if vocab is None:
-            raise ValueError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
+            raise UsageError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
         self.config, self.vocab = config, vocab
         torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank, and so do the negatives
 
@@ -202,11 +202,11 @@ class Trainer:
     def _restore(self, checkpoint) -> None:
         trainer = checkpoint.trainer
         if trainer.get("world", 1) != self.env.world:
-            raise ValueError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
+            raise UsageError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
                              f"the same number (got {self.env.world})")
         saved = trainer.get("files", self.files)
         if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in self.files]:  # ./a.txt = /x/a.txt
-            raise ValueError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
+            raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
                              f"with the same training files (use --init-from to continue on new text)")
         if checkpoint.optimizer is not None:
             # the saved groups carry the kernel choice of the machine that wrote them: this one's applies
