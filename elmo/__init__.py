@@ -1,5 +1,8 @@
 """ELMo in pure PyTorch: the official weights, deterministic embeddings, downstream mixes."""
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
+
 from elmo.config import CharCNNConfig, ConfigError, ElmoConfig, LSTMConfig
 from elmo.data.chars import batch_to_ids
 from elmo.embed import Embedder
@@ -15,4 +18,15 @@ __all__ = [
     "LSTMConfig", "ScalarMix", "batch_to_ids", "export_official", "load_bilm", "load_model", "load_official",
     "remove_sentence_boundaries", "save_model",
 ]
-__version__ = "0.1.0"
+
+
+def _version() -> str:
+    """The installed package's version: written once, in pyproject.toml, and read from the package metadata
+    ("0+unknown" when the package is imported from a source tree that was never installed)."""
+    try:
+        return _installed_version("elmo")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()

@@ -22,6 +22,12 @@ TRAINING_KEYS = frozenset(
         "n_negative_samples_batch", "all_clip_norm_val", "share_embedding_softmax",
     }
 )
+#: The key of config.json (and of the options.json we export) naming the tokenizer the model's text was split with
+#: ("en", "ko" ...; absent or null: whitespace). It describes the model's input, not its shape: the loaders set
+#: ``BiLM.tokenizer_name`` from it and ``save_model`` / ``export_official`` write it back.
+TOKENIZER_KEY = "tokenizer"
+#: Keys of our own model files beside the shape, read by the loaders; ``from_options`` passes over them silently.
+MODEL_FILE_KEYS = frozenset({"format_version", TOKENIZER_KEY})
 
 
 class ConfigError(ElmoError, ValueError):
@@ -84,10 +90,12 @@ class ElmoConfig:
                      ) -> "ElmoConfig":
         """Build from a parsed options.json; ``source`` names the file in error messages. Unknown keys are
         dropped with a warning (released files carry extra ones), or refused with ``strict`` (our own configs,
-        where an unknown key is a typo that would silently build another model)."""
+        where an unknown key is a typo that would silently build another model). The keys of our model files
+        (``MODEL_FILE_KEYS``: format_version, tokenizer) are not the shape's: passed over, read by the loaders."""
         if not isinstance(options, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(options).__name__}")
-        _unknown(options, {"lstm", "char_cnn", *TRAINING_KEYS}, source, "", strict)
+        _unknown(options, {"lstm", "char_cnn", *TRAINING_KEYS, *(() if strict else MODEL_FILE_KEYS)}, source, "",
+                 strict)
         lstm = _section(options, "lstm", source)
         cnn = _section(options, "char_cnn", source)
         embedding = _section(cnn, "embedding", source, prefix="char_cnn.")
@@ -158,24 +166,45 @@ class ElmoConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "ElmoConfig":
         """Read an options.json (or our config.json, which holds the same object)."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); is this an options.json?") from None
-        try:
-            options = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-        return cls.from_options(options, source=str(path))
+        return cls.from_options(_read_options(Path(path)), source=str(path))
 
     def replace(self, **changes: Any) -> "ElmoConfig":
         return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def tokenizer_name(options: dict[str, Any], source: str) -> str | None:
+    """The tokenizer an options/config object names (``TOKENIZER_KEY``): one of ``TOKENIZER_NAMES``, or None for
+    whitespace-split text (key absent, null or "whitespace")."""
+    from elmo.text.tokenize import TOKENIZER_NAMES
+
+    name = options.get(TOKENIZER_KEY) if isinstance(options, dict) else None
+    if name is None or name == "whitespace":
+        return None
+    if not isinstance(name, str) or name not in TOKENIZER_NAMES:
+        raise ConfigError(f"{source}: {TOKENIZER_KEY} must be one of {', '.join(TOKENIZER_NAMES)} or null, "
+                          f"got {name!r}; fix the key or remove it (whitespace-split text)")
+    return name
+
+
+def file_tokenizer(path: str | Path) -> str | None:
+    """``tokenizer_name`` of an options.json or config.json file (None when it names none)."""
+    return tokenizer_name(_read_options(Path(path)), str(path))
+
+
+def _read_options(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); is this an options.json?") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
 
 
 # ---- size presets (FORMAT.md §1, released configurations) -------------------------------------------------------

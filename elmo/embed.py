@@ -1,12 +1,20 @@
-"""``Embedder``: text in, numpy vectors out, in input order; the everyday API."""
+"""``Embedder``: text in, numpy vectors out, in input order; the everyday API.
+
+One input contract for every method: a ``str`` is raw text, split by the embedder's tokenizer (by default the
+model's own, ``BiLM.tokenizer_name``; whitespace for a model without one); a list or tuple of strings given as one
+sentence is used as given; a list of those (or of raw strings) is a batch. A flat list of two or more strings that all
+look like single words is ambiguous (one tokenised sentence, or many one-word sentences?) and is refused unless
+``split_into_words`` says which.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from itertools import islice
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator, Sequence, Union
+from typing import IO, Callable, Iterable, Iterator, NamedTuple, Sequence, Union
 
 import numpy as np
 import torch
@@ -16,19 +24,31 @@ from elmo.data.chars import batch_to_ids
 from elmo.devices import check_device
 from elmo.errors import InputTypeError, UsageError
 from elmo.model.bilm import BiLM, remove_sentence_boundaries
+from elmo.text.tokenize import get_tokenizer
 
 Layers = Union[str, int]
 Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
+_SPACE = re.compile(r"\s")
+
+
+class Padded(NamedTuple):
+    """Vectors of a batch in one array, as TF-Hub's ``elmo`` output and simple_elmo's ``get_elmo_vectors``."""
+
+    vectors: np.ndarray  # (N, T, D), or (N, L+1, T, D) for layers="all"; float32, zeros past each sentence's length
+    lengths: np.ndarray  # (N,) int64: tokens of each sentence
 
 
 class Embedder:
-    """Embeds sentences with a biLM in deterministic mode, so results do not depend on batching.
+    """Embeds sentences with a biLM in deterministic mode, so results do not depend on batching (beyond float32
+    rounding: the same batching gives the same bits).
 
-    Sentences are sorted by length and grouped under a token budget (``max_tokens`` = rows x longest row), then
-    returned in the order given.
+    Sentences are sorted by length and grouped under a token budget (``max_tokens`` = rows x longest row) and at
+    most ``max_batch_size`` rows, then returned in the order given. ``tokenizer`` (a function or a name: "en",
+    "ko", "ko-morph", "whitespace") splits raw-text input; by default it is the model's own (``bilm.tokenizer_name``,
+    set by the loaders; whitespace when the model has none), so raw text is split as the model's training text was.
     """
 
-    def __init__(self, bilm: BiLM, tokenizer: Callable[[str], list[str]] | None = None, max_tokens: int = 8192,
+    def __init__(self, bilm: BiLM, tokenizer: Callable[[str], list[str]] | str | None = None, max_tokens: int = 8192,
                  max_batch_size: int = 128, device: str | torch.device = "cpu",
                  mix_weights: Sequence[float] | None = None, gamma: float = 1.0,
                  cache_words: Sequence[str] | None = None, precision: str = "fp32") -> None:
@@ -37,14 +57,15 @@ class Embedder:
         check_device(device)
         if max_tokens < 1 or max_batch_size < 1:
             raise UsageError(f"max_tokens and max_batch_size must be >= 1, got {max_tokens} and {max_batch_size}")
+        if tokenizer is None:  # the model's own: raw text split as its training text was
+            tokenizer = getattr(bilm, "tokenizer_name", None) or "whitespace"
         if isinstance(tokenizer, str):  # a name, as on the command line: "en", "ko", "whitespace" ...
-            from elmo.text.tokenize import get_tokenizer
-
             tokenizer = get_tokenizer(tokenizer)
-        if tokenizer is not None and not callable(tokenizer):
+        if not callable(tokenizer):
             raise InputTypeError(f"tokenizer must be a function str -> list[str] or a name, got {type(tokenizer).__name__}")
         self.bilm = bilm.to(device).eval()
-        self.tokenizer = tokenizer or str.split
+        self.tokenizer = tokenizer
+        self.model_name: str | None = None  # a name or path, when known (from_pretrained): recorded by embed_file
         self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
         self.device = torch.device(device)
         n = bilm.config.n_output_layers
@@ -60,40 +81,101 @@ class Embedder:
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
                         weights: str | Path | None = None, **kwargs) -> "Embedder":
         """From a name ("en" — the default —, "ko", "small", "original", ...), our model directory, or the
-        official ``options`` + ``weights`` files. A shipped model brings the tokenizer its text was trained with."""
+        official ``options`` + ``weights`` files. Raw text goes through the model's own tokenizer
+        (``bilm.tokenizer_name``) unless ``tokenizer=`` says otherwise; other keywords go to ``Embedder``."""
         from elmo import pretrained
         from elmo.io.load import load_bilm
-        from elmo.text.tokenize import get_tokenizer
 
-        if "tokenizer" not in kwargs and (tokenizer_name := pretrained.model_tokenizer(model, options, weights)):
-            kwargs["tokenizer"] = get_tokenizer(tokenizer_name)
-        return cls(load_bilm(model, options, weights), **kwargs)
+        embedder = cls(load_bilm(model, options, weights), **kwargs)
+        if model is None and options is None and weights is None:
+            embedder.model_name = pretrained.DEFAULT_MODEL
+        elif model is not None:
+            embedder.model_name = str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
+        else:
+            embedder.model_name = f"{Path(options).resolve()} + {Path(weights).resolve()}"
+        return embedder
 
     @property
     def dim(self) -> int:
         return self.bilm.config.output_dim
 
-    def embed(self, sentences: Text, layers: Layers = "all", pooling: str | None = None,
-              progress: bool = False) -> np.ndarray | list[np.ndarray]:
-        """Vectors for one sentence (a string) or many (a list of strings or of token lists).
+    def embed(self, sentences: Text, layers: Layers = "all", pooling: str | None = None, progress: bool = False, *,
+              batch_size: int | None = None, split_into_words: bool | None = None) -> np.ndarray | list[np.ndarray]:
+        """Vectors for one sentence or many; each array is a compact copy that owns its memory.
 
+        sentences: a string (raw text, for the tokenizer) or, with ``split_into_words=True``, one list of tokens ->
+        one array; a list of strings and/or token lists -> a list of arrays, in input order. ``split_into_words``:
+        None infers, refusing a flat list of two or more single words (one sentence or many?); True: strings are
+        tokens, so a flat list of strings is ONE sentence and a list of lists a batch; False: strings are raw
+        sentences. An empty list is an empty batch.
         layers: "all" -> (L+1, n, 2P); "top", "average", "mix" (the ``mix_weights``) or a layer index -> (n, 2P).
         pooling: None keeps one vector per token; "mean" or "max" pools over the tokens (padding never counts;
-        an empty sentence pools to zeros). A single string gives one array; a list gives a list, in input order.
+        an empty sentence pools to zeros). batch_size: rows per forward pass (default ``max_batch_size``; the
+        ``max_tokens`` budget still applies, so a batch of long sentences has fewer rows).
         """
-        single = isinstance(sentences, str)
-        token_lists = self.tokenize([sentences] if single else sentences)
         _check_layers(layers, self.bilm.config.n_output_layers)
         if pooling not in (None, "mean", "max"):
             raise UsageError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
+        single, token_lists = self._token_lists(sentences, split_into_words)
         results: list[np.ndarray | None] = [None] * len(token_lists)
-        bar = tqdm(total=len(token_lists), unit="sent", disable=not progress)
-        for indices in self.batches(token_lists):
-            for index, array in zip(indices, self.embed_tokens([token_lists[i] for i in indices], layers, pooling)):
+        for indices, arrays in self._batched(token_lists, layers, pooling, batch_size, progress):
+            for index, array in zip(indices, arrays):
                 results[index] = array
-            bar.update(len(indices))
-        bar.close()
         return results[0] if single else results  # type: ignore[return-value]
+
+    def encode(self, sentences: Text, layers: Layers = "average", pooling: str = "mean", *,
+               batch_size: int | None = None, normalize: bool = False, progress: bool = False,
+               split_into_words: bool | None = None) -> np.ndarray:
+        """One pooled float32 vector per sentence, stacked: (N, 2P), or (N, L+1, 2P) for layers="all"; a single
+        sentence (a string, or tokens with ``split_into_words=True``) gives (2P,) / (L+1, 2P), as
+        sentence-transformers' ``encode`` does.
+
+        The vectors are exactly ``embed(sentences, layers, pooling)``'s (same batching, same numbers). The default
+        reading, "average" of all layers, is what TF-Hub's ``default`` output and simple_elmo's
+        ``get_elmo_vector_average`` give and what ``elmo embed --average`` writes: the ELMo paper found every layer
+        useful (the token layer for syntax, the top for meaning), and a fixed average needs no training, where
+        "top" alone drops the lower layers and "mix" needs learned weights. pooling: "mean" or "max" over the
+        tokens (an empty sentence gives zeros). batch_size: rows per forward pass, as in ``embed``.
+        normalize: scale every vector to unit L2 length (zero vectors stay zero), for cosine similarity by dot
+        product. Input forms and ``split_into_words``: as in ``embed``.
+        """
+        if pooling not in ("mean", "max"):
+            raise UsageError(f"pooling must be 'mean' or 'max' (for token vectors use embed or embed_padded), "
+                             f"got {pooling!r}")
+        _check_layers(layers, self.bilm.config.n_output_layers)
+        single, token_lists = self._token_lists(sentences, split_into_words)
+        pooled: list[np.ndarray | None] = [None] * len(token_lists)
+        for indices, arrays in self._batched(token_lists, layers, pooling, batch_size, progress):
+            for index, array in zip(indices, arrays):
+                pooled[index] = array  # (2P,) or (L+1, 2P)
+        shape = (self.bilm.config.n_output_layers, self.dim) if layers == "all" else (self.dim,)
+        out = np.stack(pooled) if pooled else np.zeros((0, *shape), np.float32)  # (N, 2P) or (N, L+1, 2P)
+        if normalize:
+            norms = np.linalg.norm(out, axis=-1, keepdims=True)  # (N, 1) or (N, L+1, 1)
+            out = np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+        return out[0] if single else out
+
+    def embed_padded(self, sentences: Text, layers: Layers = "average", *, batch_size: int | None = None,
+                     progress: bool = False, split_into_words: bool | None = None) -> Padded:
+        """Token vectors of a batch in one zero-padded array: ``Padded(vectors, lengths)``.
+
+        vectors: float32 (N, T, 2P) for one layer reading, (N, L+1, T, 2P) for "all" (the layer axis before the
+        tokens, as in ``embed``'s (L+1, n, 2P)); T is the longest sentence; rows are zero past each length.
+        lengths: int64 (N,). The numbers are exactly ``embed``'s. The default layers, "average", as ``encode``
+        (TF-Hub's ``elmo`` output and simple_elmo's ``get_elmo_vectors`` give a layer average too). A single
+        sentence is a batch of one. Input forms, ``split_into_words`` and ``batch_size``: as in ``embed``.
+        """
+        _check_layers(layers, self.bilm.config.n_output_layers)
+        _, token_lists = self._token_lists(sentences, split_into_words)
+        lengths = np.array([len(tokens) for tokens in token_lists], dtype=np.int64)  # (N,)
+        longest = int(lengths.max(initial=0))
+        n_layers = self.bilm.config.n_output_layers
+        rows = (len(token_lists), n_layers) if layers == "all" else (len(token_lists),)
+        vectors = np.zeros((*rows, longest, self.dim), dtype=np.float32)  # (N, T, 2P) or (N, L+1, T, 2P)
+        for indices, arrays in self._batched(token_lists, layers, None, batch_size, progress):
+            for index, array in zip(indices, arrays):
+                vectors[index, ..., : array.shape[-2], :] = array  # (n, 2P) or (L+1, n, 2P)
+        return Padded(vectors, lengths)
 
     # ---- AllenNLP's ElmoEmbedder names (deterministic here: no warm-up batches needed) ----------------------------
     def embed_sentence(self, sentence: str | Sequence[str]) -> np.ndarray:
@@ -101,8 +183,10 @@ class Embedder:
         return self.embed([sentence if isinstance(sentence, str) else list(sentence)])[0]
 
     def embed_batch(self, batch: Sequence[str | Sequence[str]]) -> list[np.ndarray]:
-        """Sentences -> one (L+1, n, 2P) array each, in input order."""
-        return self.embed([s if isinstance(s, str) else list(s) for s in batch])
+        """Sentences (token lists, or strings for the tokenizer) -> one (L+1, n, 2P) array each, in input order."""
+        if isinstance(batch, str):
+            raise InputTypeError("embed_batch takes a list of sentences; for one string use embed_sentence")
+        return self.embed([s if isinstance(s, str) else list(s) for s in batch], split_into_words=False)
 
     def embed_sentences(self, sentences: Iterable[str | Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Lazily, in input order, ``batch_size`` sentences at a time: any number of sentences in bounded memory."""
@@ -114,10 +198,14 @@ class Embedder:
 
     def embed_file(self, input_file: str | Path | IO, output_file_path: str | Path, output_format: str = "all",
                    batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
-                   progress: bool = True) -> int:
-        """A text file (a path, or an open file as AllenNLP takes; one sentence per line, split by this embedder's
-        tokenizer) -> HDF5 in AllenNLP's layout, or ``.npz``; ``output_format`` "all", "top" or "average". Returns
-        the number of lines (``elmo embed``)."""
+                   progress: bool = True, *, tokenize: str | Callable[[str], list[str]] | None = None) -> int:
+        """A text file (a path, or an open file as AllenNLP takes; one sentence per line) -> HDF5 in AllenNLP's
+        layout, or ``.npz``; ``output_format`` "all", "top" or "average". Returns the number of lines (``elmo embed``).
+
+        Lines are split on whitespace (pre-tokenised text, as AllenNLP and ``elmo embed`` read it), not by this
+        embedder's tokenizer, unless ``tokenize`` asks: a name ("en", "ko", "ko-morph", "whitespace"), "model" for
+        the model's own (``bilm.tokenizer_name``), or a function (``tokenize=embedder.tokenizer``). The HDF5 file
+        records the model, its weights' sha256, the layers and the tokenizer as attributes (``embed_file``)."""
         from elmo.embed_file import embed_file
 
         if hasattr(input_file, "read"):  # the file is read twice (count, then embed): copy an open one first
@@ -127,13 +215,14 @@ class Embedder:
                 with open(copy, mode, encoding=encoding) as out:
                     shutil.copyfileobj(input_file, out)
                 return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
-                                       use_sentence_keys, progress)
-        tokenizer = None if self.tokenizer is str.split else self.tokenizer
+                                       use_sentence_keys, progress, tokenize=tokenize)
         return embed_file(self.bilm, input_file, output_file_path, output_format, batch_size, forget_sentences,
-                          use_sentence_keys, progress=progress, device=self.device, tokenizer=tokenizer)
+                          use_sentence_keys, progress=progress, device=self.device, tokenize=tokenize,
+                          model_name=self.model_name)
 
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
-        if isinstance(sentences, (str, bytes)) or sentences is None:
+        """A batch as token lists: each string through the tokenizer, each token list as given."""
+        if isinstance(sentences, (str, bytes)) or sentences is None or not hasattr(sentences, "__iter__"):
             raise InputTypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
         out = []
         for index, sentence in enumerate(sentences):
@@ -146,14 +235,59 @@ class Embedder:
                 out.append(list(sentence))
         return out
 
-    def batches(self, token_lists: Sequence[Sequence[str]]) -> Iterator[list[int]]:
-        """Indices of sentences, longest first, in groups of at most ``max_batch_size`` rows and ``max_tokens``."""
-        return length_batches([len(t) for t in token_lists], self.max_batch_size, self.max_tokens)
+    def batches(self, token_lists: Sequence[Sequence[str]], batch_size: int | None = None) -> Iterator[list[int]]:
+        """Indices of sentences, longest first, in groups of at most ``batch_size`` (default ``max_batch_size``)
+        rows and ``max_tokens``."""
+        if batch_size is None:
+            batch_size = self.max_batch_size
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise UsageError(f"batch_size must be an int >= 1 (rows per forward pass), got {batch_size!r}")
+        return length_batches([len(t) for t in token_lists], int(batch_size), self.max_tokens)
 
     def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
                      pooling: str | None = None) -> list[np.ndarray]:
         """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence."""
         return run_batch(self.bilm, batch, layers, pooling, self.mix, self.device)
+
+    def _token_lists(self, sentences: Text, split_into_words: bool | None) -> tuple[bool, list[list[str]]]:
+        """(one sentence given?, token lists) under the input contract (module docstring)."""
+        if split_into_words not in (None, True, False):
+            raise InputTypeError(f"split_into_words must be None, True or False, got {split_into_words!r}")
+        if isinstance(sentences, str):
+            if split_into_words:
+                raise InputTypeError("split_into_words=True takes tokens, got one string: pass its tokens "
+                                     "(['He', 'went', ...]) or leave split_into_words out to tokenize the string")
+            return True, [self.tokenizer(sentences)]
+        if isinstance(sentences, bytes) or sentences is None or not hasattr(sentences, "__iter__"):
+            return False, self.tokenize(sentences)  # raises: says what a sentence list is
+        items = list(sentences)
+        strings = [isinstance(item, str) for item in items]
+        if split_into_words and items and all(strings):
+            return True, [list(items)]  # one tokenised sentence
+        if split_into_words and any(strings):
+            raise InputTypeError(f"sentence {strings.index(True)}: a string among token lists with "
+                                 f"split_into_words=True; give every sentence as a list of tokens")
+        if split_into_words is None and all(strings) and _looks_like_words(items):
+            n, shown = len(items), ", ".join(repr(s) for s in items[:3]) + (", ..." if len(items) > 3 else "")
+            raise UsageError(f"{n} strings without spaces ([{shown}]): one tokenised sentence or {n} one-word "
+                             f"sentences? Pass one sentence as [[{shown}]] or with split_into_words=True; "
+                             f"{n} one-word sentences with split_into_words=False")
+        return False, self.tokenize(items)
+
+    def _batched(self, token_lists: list[list[str]], layers: Layers, pooling: str | None, batch_size: int | None,
+                 progress: bool) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+        """(indices, arrays) of each forward pass, longest sentences first; the one batching every method shares,
+        so that ``embed``, ``encode`` and ``embed_padded`` give the same numbers."""
+        batches = self.batches(token_lists, batch_size)
+        with tqdm(total=len(token_lists), unit="sent", disable=not progress) as bar:
+            for indices in batches:
+                yield indices, self.embed_tokens([token_lists[i] for i in indices], layers, pooling)
+                bar.update(len(indices))
+
+
+def _looks_like_words(strings: Sequence[str]) -> bool:
+    """Two or more non-empty strings and none with whitespace: could be one tokenised sentence."""
+    return sum(1 for s in strings if s) >= 2 and not any(_SPACE.search(s) for s in strings)
 
 
 def length_batches(lengths: Sequence[int], max_batch_size: int, max_tokens: int) -> Iterator[list[int]]:
@@ -192,7 +326,8 @@ def run_batch(bilm: BiLM, batch: Sequence[Sequence[str]], layers: Layers = "all"
             vectors = vectors.sum(-2) / max(n, 1)
         elif pooling == "max":
             vectors = vectors.amax(-2) if n else vectors.sum(-2)
-        arrays.append(vectors.float().cpu().numpy())
+        # a compact copy that owns its memory, not a view that would keep the whole batch's buffer alive
+        arrays.append(np.array(vectors.float().cpu().numpy(), copy=True))  # (..., n, 2P) or pooled (..., 2P)
     return arrays
 
 

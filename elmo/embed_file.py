@@ -5,10 +5,17 @@ One float32 dataset per line, named by its 0-based line number ("0", "1", ...) o
 embedded, so memory stays flat however long the file is (only the sentence-to-index map grows, one short string per
 line; ``forget_sentences`` drops it). The output appears only when complete (temporary file + rename). An output
 name ending in ``.npz`` gives a NumPy archive with the same keys instead (``np.load(path)["0"]``).
+
+Lines are split on whitespace (pre-tokenised text, as AllenNLP reads it) unless ``tokenize`` names a tokenizer. The
+HDF5 file records what made it as attributes of the file (``h5py.File(path).attrs``): ``model`` (its name or path,
+when known), ``weights_sha256`` (``weights_sha256()``: a fingerprint of the weights), ``layers`` and ``tokenizer``
+("whitespace" or the tokenizer's name). A ``.npz`` archive holds the same record as JSON in a 0-d string array
+``__meta__`` (``json.loads(str(np.load(path)["__meta__"]))``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import shutil
@@ -16,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal, Union
 
 import h5py
 import numpy as np
@@ -31,6 +38,8 @@ from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
 
 OutputLayers = Literal["all", "top", "average"]
+Tokenize = Union[str, Callable[[str], list[str]], None]
+META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
 
 
@@ -64,9 +73,14 @@ def read_lines(path: str | Path, errors: str = "strict",
 def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
                batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
                errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu",
-               resume: bool = False, chunk_size: int | None = None,
-               tokenizer: Callable[[str], list[str]] | None = None) -> int:
+               resume: bool = False, chunk_size: int | None = None, tokenize: Tokenize = None,
+               model_name: str | None = None) -> int:
     """Embed every line of ``input_path`` into ``output_path``; returns the number of sentences.
+
+    Each line is split on whitespace unless ``tokenize`` asks for a tokenizer: None or "whitespace" (the default:
+    pre-tokenised text, as AllenNLP), a name ("en", "ko", "ko-morph"), "model" for the model's own
+    (``bilm.tokenizer_name``; whitespace when it has none), or a function str -> list[str]. ``model_name`` (a name or path) is recorded in the output with the weights'
+    sha256, the layers and the tokenizer (module docstring).
 
     With a stateful ``bilm`` the lines run in file order, ``batch_size`` per batch, each line keeping its row
     (AllenNLP's exact behaviour). A deterministic ``bilm`` gives the same vectors however lines are grouped, so
@@ -88,27 +102,30 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
         raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {Path(output_path) / 'out.hdf5'})")
     if Path(output_path).exists() and Path(output_path).resolve() == Path(input_path).resolve():
         raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
+    split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     fix_mmap_threshold()  # flat memory over long files (elmo/memory.py)
     bilm = bilm.to(device).eval()
+    sha256 = weights_sha256(bilm)
+    record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
+    npz = str(output_path).lower().endswith(".npz")
     if bilm.stateful:
         chunk_size = batch_size  # one batch per chunk, in file order
     chunk_size = chunk_size or max(batch_size * 16, 1024)
     # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
     parts = PartStore(Path(str(output_path) + ".parts"),
-                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors)
-                      | {"tokenizer": getattr(tokenizer, "__name__", "custom") if tokenizer else "whitespace",
-                         "chunk_size": chunk_size, "precision": bilm.matmul_precision},
+                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors, sha256)
+                      | {"tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": bilm.matmul_precision},
                       resume)
     if bilm.stateful and parts.completed:
         bilm._carrier.state = _on_device(parts.carried_state(parts.completed - 1), device)
     sentence_to_index: dict[str, str] = {}
     seen_keys: set[str] = set()
     total = count_lines(input_path)
-    lines = read_lines(input_path, errors, tokenizer)
+    lines = read_lines(input_path, errors, split)
     with tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
         number = 0
         while chunk := list(islice(lines, chunk_size)):
-            keys = [_dataset_key(line, use_sentence_keys, seen_keys, input_path) for line in chunk]
+            keys = [_dataset_key(line, use_sentence_keys, seen_keys, input_path, npz) for line in chunk]
             if not (forget_sentences or use_sentence_keys):
                 for line, key in zip(chunk, keys):
                     sentence_to_index[line.text] = key  # a repeated sentence maps to its last line, as AllenNLP
@@ -117,8 +134,39 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
                 parts.write(number, keys, arrays, bilm._carrier.state if bilm.stateful else None)
             number += 1
             bar.update(len(chunk))
-    parts.merge_into(output_path, None if forget_sentences or use_sentence_keys else sentence_to_index)
+    parts.merge_into(output_path, None if forget_sentences or use_sentence_keys else sentence_to_index,
+                     {k: v for k, v in record.items() if v is not None})
     return total
+
+
+def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], list[str]] | None, str]:
+    """(the function that splits a line, None for whitespace; the name recorded in the output) for ``tokenize``."""
+    from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
+
+    if tokenize == "model":
+        tokenize = bilm.tokenizer_name
+    if tokenize is None or isinstance(tokenize, str):
+        if tokenize in (None, "whitespace", "none"):
+            return None, "whitespace"
+        return get_tokenizer(tokenize), tokenize
+    if not callable(tokenize):
+        raise UsageError(f"tokenize must be a tokenizer name, 'model' or a function str -> list[str], "
+                         f"got {type(tokenize).__name__}")
+    known = {whitespace_tokenize: "whitespace", str.split: "whitespace", english_tokenize: "en",
+             korean_tokenize: "ko"}
+    return tokenize, known.get(tokenize, getattr(tokenize, "__name__", "custom"))
+
+
+def weights_sha256(bilm: BiLM) -> str:
+    """sha256 over the biLM's state_dict, tensor by tensor in name order (name, dtype, shape, then the bytes):
+    identifies the weights whatever file or format they came from (not a file's sha256: the same weights read from
+    the official HDF5 or from our safetensors give the same value)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(bilm.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes, any dtype (bf16 too)
+    return digest.hexdigest()
 
 
 class PartStore:
@@ -162,12 +210,15 @@ class PartStore:
                 return None
             return torch.from_numpy(f["state_h"][()]), torch.from_numpy(f["state_c"][()])
 
-    def merge_into(self, output_path: str | Path, sentence_to_index: dict[str, str] | None) -> None:
-        """All parts into one file, in line order: HDF5 (AllenNLP's layout), or a NumPy ``.npz`` archive with the
-        same keys (``sentence_to_index`` then a 0-d string array holding the JSON)."""
+    def merge_into(self, output_path: str | Path, sentence_to_index: dict[str, str] | None,
+                   attributes: dict[str, str] | None = None) -> None:
+        """All parts into one file, in line order: HDF5 (AllenNLP's layout; ``attributes`` on the file), or a NumPy
+        ``.npz`` archive with the same keys (``sentence_to_index`` then a 0-d string array holding the JSON, and
+        ``attributes`` as JSON in ``__meta__``)."""
         write = _write_npz if str(output_path).lower().endswith(".npz") else _write_hdf5
         with atomic_path(output_path) as tmp:
-            write(tmp, self._arrays(), None if sentence_to_index is None else json.dumps(sentence_to_index))
+            write(tmp, self._arrays(), None if sentence_to_index is None else json.dumps(sentence_to_index),
+                  attributes or {})
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _arrays(self) -> Iterator[tuple[str, np.ndarray]]:
@@ -181,8 +232,10 @@ class PartStore:
                     yield key, part["data"][str(i)][()]
 
 
-def _write_hdf5(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None) -> None:
+def _write_hdf5(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None,
+                attributes: dict[str, str]) -> None:
     with h5py.File(path, "w") as out:
+        out.attrs.update(attributes)
         for key, array in arrays:
             out.create_dataset(key, data=array)
         if index_json is not None:
@@ -190,8 +243,10 @@ def _write_hdf5(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json
             index[0] = index_json
 
 
-def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None) -> None:
-    """What ``np.savez`` writes, one array at a time (np.savez needs them all in memory at once)."""
+def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None,
+               attributes: dict[str, str]) -> None:
+    """What ``np.savez`` writes, one array at a time (np.savez needs them all in memory at once); ``attributes``
+    as JSON in a 0-d string array ``__meta__`` (an archive has no attributes)."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for key, array in arrays:
             with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
@@ -199,6 +254,9 @@ def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json:
         if index_json is not None:
             with archive.open("sentence_to_index.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.array(index_json), allow_pickle=False)
+        if attributes:
+            with archive.open(f"{META_KEY}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.array(json.dumps(attributes)), allow_pickle=False)
 
 
 def _on_device(state, device: str | torch.device):
@@ -207,13 +265,11 @@ def _on_device(state, device: str | torch.device):
 
 
 def _run_fingerprint(bilm: BiLM, input_path: str | Path, layers: str, batch_size: int, use_sentence_keys: bool,
-                     errors: str) -> dict:
+                     errors: str, sha256: str) -> dict:
     stat = Path(input_path).stat()
-    with torch.no_grad():
-        weights = float(sum(p.double().sum() for p in bilm.parameters()))
     return {"input": str(Path(input_path).resolve()), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
             "layers": layers, "batch_size": batch_size, "stateful": bilm.stateful, "sentence_keys": use_sentence_keys,
-            "errors": errors, "model": bilm.config.to_options(), "weights_sum": weights}
+            "errors": errors, "model": bilm.config.to_options(), "weights_sha256": sha256}
 
 
 def _embed_chunk(bilm: BiLM, chunk: list[Line], layers: OutputLayers, batch_size: int,
@@ -230,7 +286,7 @@ def _embed_chunk(bilm: BiLM, chunk: list[Line], layers: OutputLayers, batch_size
     return results
 
 
-def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str | Path) -> str:
+def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str | Path, npz: bool = False) -> str:
     if not use_sentence_keys:
         return str(line.number)
     key = line.text
@@ -238,6 +294,9 @@ def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str 
     if not key or key == "." or "/" in key or "\0" in key:
         raise InputFileError(f"{where}: {key!r} cannot be an HDF5 dataset name (empty, '.', or holding '/' or "
                              f"a NUL character); "
+                             f"drop --use-sentence-keys to name datasets by line number")
+    if npz and key == META_KEY:
+        raise InputFileError(f"{where}: {key!r} is a name the .npz archive keeps for itself; "
                              f"drop --use-sentence-keys to name datasets by line number")
     if key in seen:
         raise InputFileError(f"{where}: duplicate sentence {key[:60]!r} cannot be a key twice; "

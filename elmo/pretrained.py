@@ -10,17 +10,18 @@ reachable where it was built), so an unpinned entry is only downloaded when the 
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import DownloadError, cache_dir, fetch, sha256_of
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"
 DEFAULT_MODEL = "en"
-SHIPPED_TOKENIZERS = {"en": "en", "ko": "ko"}  # how each shipped model's training text was tokenised
 _S3 = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 
 
@@ -61,21 +62,18 @@ def shipped_names() -> list[str]:
 
 
 def known_names() -> list[str]:
+    """Every name ``load_bilm`` accepts: the shipped models, then the official ones."""
     return shipped_names() + list(OFFICIAL)
 
 
-def model_tokenizer(name: str | Path | None, options: str | Path | None = None,
-                    weights: str | Path | None = None) -> str | None:
-    """The tokenizer the model these ``load_bilm`` arguments name was trained with: a shipped model's ("en", "ko";
-    nothing at all means the shipped default), or the one recorded in a trained model's folder (``elmo train
-    --tokenize``); None for anything else (whitespace-split text, as AllenNLP expects)."""
-    if name is None:
-        return SHIPPED_TOKENIZERS[DEFAULT_MODEL] if options is None and weights is None else None
-    if is_model_name(str(name)):
-        return SHIPPED_TOKENIZERS.get(str(name))
-    from elmo.io.checkpoint import recorded_tokenizer
-
-    return recorded_tokenizer(name)
+def unknown_name_message(name: str, no_such_path: bool = False) -> str:
+    """The one line for a name that is not a model's: the known names, the closest one (a typo?), and that a path
+    works too (``no_such_path``: also say that no file or folder has that name)."""
+    known = known_names()
+    close = difflib.get_close_matches(name, known, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    where = " and not a model directory (no such path)" if no_such_path else ""
+    return f"unknown model name {name!r}{where}: choose one of {', '.join(known)}{guess}, or give a path"
 
 
 def is_model_name(name: str | Path) -> bool:
@@ -88,8 +86,7 @@ def resolve(name: str, progress: bool = True) -> dict[str, Path]:
     if name in shipped_names():
         return {"model": SHIPPED_DIR / name}
     if name not in OFFICIAL:
-        raise KeyError(f"unknown model name {name!r}: choose one of {', '.join(known_names())}, "
-                       f"or give a model directory")
+        raise UsageError(unknown_name_message(name))
     entry = OFFICIAL[name]
     folder = cache_dir() / entry.folder
     return {"options": _fetch_pinned(entry.options_url, entry.options_sha256, folder, progress),

@@ -51,7 +51,9 @@ def test_embed_to_npz_holds_what_the_hdf5_holds(tmp_path):
     for name in ("out.hdf5", "out.npz"):
         assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / name), "--all", "--quiet", *MODEL]) == 0
     with h5py.File(tmp_path / "out.hdf5") as f, np.load(tmp_path / "out.npz", allow_pickle=False) as z:
-        assert sorted(z.files) == sorted(f.keys()) == ["0", "1", "2", "sentence_to_index"]
+        assert sorted(f.keys()) == ["0", "1", "2", "sentence_to_index"]
+        assert sorted(z.files) == ["0", "1", "2", "__meta__", "sentence_to_index"]
+        assert json.loads(str(z["__meta__"])) == {k: f.attrs[k] for k in f.attrs}  # the record the HDF5 keeps
         for key in ("0", "1", "2"):
             assert z[key].dtype == np.float32 and np.array_equal(z[key], f[key][()])
         assert json.loads(str(z["sentence_to_index"])) == json.loads(f["sentence_to_index"][0])
@@ -82,7 +84,7 @@ def test_embed_takes_allennlp_elmo_spellings(tmp_path, capsys):
     if not torch.cuda.is_available():
         capsys.readouterr()
         assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "c.hdf5"), "--top", "--quiet",
-                     "--cuda-device", "0", *MODEL]) == 2
+                     "--cuda-device", "0", *MODEL]) == 1  # the machine's, not the command line's
         assert "cuda" in capsys.readouterr().err.lower()
 
 
@@ -98,7 +100,7 @@ def test_bad_input_is_one_line_and_no_output(tmp_path, capsys):
     (tmp_path / "in.txt").write_bytes(b"good line\nbad \xff byte\n")
     rc = main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--top", "--quiet", *MODEL])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and "line 2: invalid UTF-8" in err and len(err.splitlines()) == 1
+    assert rc == 1 and "line 2: invalid UTF-8" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o.hdf5").exists() and not list(tmp_path.glob(".*.tmp"))
     assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "o.hdf5"), "--top", "--quiet",
                  "--errors", "replace", *MODEL]) == 0
@@ -107,7 +109,7 @@ def test_bad_input_is_one_line_and_no_output(tmp_path, capsys):
 def test_missing_model_file_is_one_line(tmp_path, capsys):
     rc = main(["info", "--options", str(OPTIONS), "--weights", str(tmp_path / "nope.hdf5")])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and "no such weight file" in err and len(err.splitlines()) == 1
+    assert rc == 1 and "no such weight file" in err and len(err.splitlines()) == 1
 
 
 def test_convert_both_ways_and_info(tmp_path, capsys):

@@ -96,14 +96,14 @@ def test_similar_and_plot_commands(tmp_path, capsys):
     assert "--layer" in capsys.readouterr().err
     assert main(["plot", "bank", "--sentences", str(sentences), "--out", str(tmp_path / "p.png"), *MODEL]) == 0
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main(["plot", "absent", "--sentences", str(sentences), "--out", str(tmp_path / "q.png"), *MODEL]) == 2
+    assert main(["plot", "absent", "--sentences", str(sentences), "--out", str(tmp_path / "q.png"), *MODEL]) == 1
     assert "does not occur" in capsys.readouterr().err
 
 
 def test_a_file_mixing_labelled_and_plain_lines_is_refused_and_plain_lines_are_named_by_number(tmp_path, capsys):
     mixed = tmp_path / "mixed.tsv"
     mixed.write_text("money\tI took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")
-    assert main(["similar", "bank", "--sentences", str(mixed), *MODEL]) == 2
+    assert main(["similar", "bank", "--sentences", str(mixed), *MODEL]) == 1
     assert "line 3: no label" in capsys.readouterr().err
     plain = tmp_path / "plain.txt"
     plain.write_text("I took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")

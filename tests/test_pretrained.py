@@ -77,13 +77,13 @@ def test_offline_the_cli_says_how_to_pass_local_files(monkeypatch, tmp_path, cap
     monkeypatch.setenv("ELMO_CACHE", str(tmp_path))
     monkeypatch.setitem(pretrained.OFFICIAL, "medium", replace(pretrained.OFFICIAL["medium"],
                                                                options_sha256="a" * 64, weights_sha256="b" * 64))
-    assert main(["show", "a b", "--model", "medium"]) == 2
+    assert main(["show", "a b", "--model", "medium"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--options/--weights" in err
 
 
 def test_unknown_names_and_missing_paths_are_one_clear_error(capsys):
-    assert main(["show", "a b", "--model", "no-such-model"]) == 2
+    assert main(["show", "a b", "--model", "no-such-model"]) == 1
     assert "not a model directory" in capsys.readouterr().err
 
 
@@ -106,5 +106,5 @@ def test_a_local_folder_named_en_does_not_replace_the_default_model(tmp_path, mo
     default = Embedder.from_pretrained()
     assert default.bilm.config.lstm.dim == load_bilm(pretrained.SHIPPED_DIR / "en").config.lstm.dim
     assert default.tokenize(["Don't stop."])[0] == ["Do", "n't", "stop", "."]  # the shipped model's tokenizer
-    assert main(["show", "a b", "--model", "en"]) == 2
+    assert main(["show", "a b", "--model", "en"]) == 1
     assert "shadows the model name 'en'" in capsys.readouterr().err

@@ -154,10 +154,10 @@ def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
     bad = tmp_path / "bad.conll"
     bad.write_text("EU NNP B-NP B-ORG\nrejects VBZ\n", encoding="utf-8")
     assert main(["task", "train", "ner", "--train", str(bad), "--dev", str(bad), "--model", str(model_dir),
-                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 1
     assert f"{bad}:2:" in capsys.readouterr().err
     assert main(["task", "train", "classify", "--format", "conllu", "--train", str(bad), "--dev", str(bad),
-                 "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+                 "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     assert "does not fit task" in capsys.readouterr().err
 
 
@@ -207,10 +207,10 @@ def test_saved_task_models_refuse_damage_and_a_different_bilm(model_dir, tmp_pat
     record = json.loads((out / "task.json").read_text())
     (out / "task.json").write_text(json.dumps(record | {"model": str(other)}))
     data = ["--data", str(ewt / "en_ewt-ud-dev.conllu.gz"), "--max-items", "5", "--quiet"]
-    assert main(["task", "eval", str(out), *data]) == 2
+    assert main(["task", "eval", str(out), *data]) == 1
     assert "not the one this task model was trained on" in capsys.readouterr().err
     (out / "head.safetensors").write_bytes(b"garbage")
-    assert main(["task", "eval", str(out), *data]) == 2
+    assert main(["task", "eval", str(out), *data]) == 1
     assert "not a valid task model" in capsys.readouterr().err
     assert main(["task", "train", "pos", "--train", str(ewt / "en_ewt-ud-dev.conllu.gz"), "--dev",
                  str(ewt / "en_ewt-ud-dev.conllu.gz"), "--model", str(model_dir), "--out", str(tmp_path / "z"),

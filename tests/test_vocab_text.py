@@ -67,8 +67,9 @@ def test_english_tokenizer_curly_apostrophes_and_attached_marks():
         "cafe\u0301", ".", "हिन्दी", "👍🏽", "!", "👨\u200d👩\u200d👧"]
     # a flag is two regional indicators; a third starts the next flag
     assert english_tokenize("🇰🇷🇺🇸 and 🇫🇷🇰!") == ["🇰🇷", "🇺🇸", "and", "🇫🇷", "🇰", "!"]
-    # the habits the shipped model was trained with stay
-    assert english_tokenize("1990s O'Neil") == ["1990", "s", "O", "'", "Neil"]
+    # an apostrophe inside a name splits it, as in the shipped model's training text; "1990s" is one token, as the
+    # 1B Word Benchmark writes it (it was "1990 s" before the tokenizer became idempotent on 1B text)
+    assert english_tokenize("1990s O'Neil") == ["1990s", "O", "'", "Neil"]
 
 
 def test_a_vocabulary_file_saved_with_a_byte_order_mark_loads(tmp_path):

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from elmo.errors import InputTypeError
+from elmo.errors import InputTypeError, UsageError
 
 # Raw ids (rows 0..260 of the official `char_embed` table). Bytes take 0..255.
 BOS_CHAR = 256  # begin of sentence
@@ -71,6 +71,18 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
                 position, word = next((i, w) for i, w in enumerate(sentence) if not isinstance(w, str))
                 raise InputTypeError(f"sentence {row}, token {position}: {word!r} is not a string") from None
     return ids
+
+
+def check_char_ids(char_ids: torch.Tensor, n_characters: int) -> None:
+    """Refuse ids outside the character table (0 .. ``n_characters`` - 1) in one line, before the embedding
+    lookup would fail with a bare IndexError. One reduction over the ids: cheap beside the convolutions."""
+    if char_ids.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(char_ids))
+    if low < 0 or high >= n_characters:
+        raise UsageError(f"character id {high if high >= n_characters else low} is out of range: this model takes "
+                         f"ids 0..{n_characters - 1} (0 = padding), as elmo.batch_to_ids makes them; build the ids "
+                         f"with batch_to_ids instead of by hand")
 
 
 def boundary_ids(width: int) -> tuple[torch.Tensor, torch.Tensor]:

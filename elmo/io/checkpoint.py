@@ -3,7 +3,7 @@
 ``run_dir/step-00001250/`` holds
 
 * ``config.json`` + ``model.safetensors``: the biLM in our model format (so ``load_model`` and ``elmo embed``
-  read a checkpoint directly);
+  read a checkpoint directly), the tokenizer of the training text included;
 * ``softmax.safetensors`` and ``vocab.txt``: the LM head, needed to continue training or measure perplexity;
 * ``train_config.json``: the full training configuration;
 * ``optimizer.safetensors`` + ``optimizer.json``: the optimiser's tensors and its plain settings;
@@ -27,14 +27,15 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from elmo.config import file_tokenizer
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path, new_file_mode
-from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
+from elmo.io.native import (ModelFileError, is_model_dir, load_model, load_state_strict,
+                            model_dir_tokenizer, save_model)
 from elmo.model.bilm import BiLM
 from elmo.training.softmax import LMSoftmax
 
-TOKENIZER_FILE = "tokenizer.json"  # {"tokenize": "en"}: how the training text was split
 PREFIX = "step-"
 
 
@@ -74,7 +75,8 @@ class Checkpoint:
 def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary,
                     train_config: dict[str, Any], optimizer_state: dict[str, Any] | None,
                     tensors: dict[str, torch.Tensor], trainer: dict[str, Any], keep: int = 3) -> Path:
-    """Write ``run_dir/step-XXXXXXXX`` atomically and delete all but the ``keep`` newest checkpoints."""
+    """Write ``run_dir/step-XXXXXXXX`` atomically and delete all but the ``keep`` newest checkpoints. The tokenizer
+    of the training text is ``bilm.tokenizer_name`` (the trainer sets it), written into config.json."""
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     final = run / f"{PREFIX}{step:08d}"
@@ -87,7 +89,6 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         _save_tensors(softmax.state_dict(), tmp / "softmax.safetensors")
         vocab.save(tmp / "vocab.txt")
         _write_json(tmp / "train_config.json", train_config)
-        write_tokenizer_record(tmp, train_config.get("train", {}).get("tokenize"))
         if optimizer_state is not None:
             opt_tensors, opt_plain = flatten_optimizer(optimizer_state)
             _save_tensors(opt_tensors, tmp / "optimizer.safetensors")
@@ -116,28 +117,19 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
                   and (p / "trainer.json").is_file())
 
 
-def write_tokenizer_record(folder: Path, tokenize: str | None) -> None:
-    """Record how the model's training text was split (nothing for whitespace-split text, the default)."""
-    if tokenize:
-        with atomic_path(folder / TOKENIZER_FILE) as tmp:
-            _write_json(tmp, {"tokenize": tokenize})
-
-
 def recorded_tokenizer(path: str | Path) -> str | None:
-    """The tokenizer name ("en", "ko" ...) a model directory, checkpoint or run directory was trained with, if
-    recorded (``tokenizer.json``); None means whitespace-split text or not recorded."""
+    """The tokenizer name ("en", "ko" ...) of the model at ``path`` without loading it, read where the loaders read
+    it: a model directory's (or checkpoint's) config.json, a run directory's newest checkpoint, an official folder's
+    options.json. None: whitespace-split text, or no model there."""
     path = Path(path)
     if not path.is_dir():
         return None
-    record = path / TOKENIZER_FILE
-    if not record.is_file() and (found := list_checkpoints(path)):
-        record = found[-1] / TOKENIZER_FILE
-    if not record.is_file():
-        return None
-    try:
-        return json.loads(record.read_text(encoding="utf-8")).get("tokenize")
-    except (json.JSONDecodeError, AttributeError) as err:
-        raise ModelFileError(f"{record}: not a tokenizer record ({err})") from None
+    if not is_model_dir(path) and (found := list_checkpoints(path)):
+        path = found[-1]
+    if is_model_dir(path):
+        return model_dir_tokenizer(path)
+    options = path / "options.json"
+    return file_tokenizer(options) if options.is_file() else None
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -1,5 +1,8 @@
 """Our own model format: a directory with ``config.json`` (the options.json object) + ``model.safetensors``.
 
+config.json also names the tokenizer the model's text was split with (``"tokenizer": "en"``; null: whitespace), so a
+model carries it wherever it is copied: ``load_model`` sets ``BiLM.tokenizer_name`` from it, ``save_model`` writes it.
+
 Never pickle: safetensors holds only tensors, JSON only plain data, so loading a file cannot run code.
 """
 
@@ -12,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from elmo.config import ConfigError, ElmoConfig
+from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, tokenizer_name
 from elmo.errors import ElmoError
 from elmo.io.atomic import atomic_path
 from elmo.model.bilm import BiLM
@@ -20,6 +23,7 @@ from elmo.model.bilm import BiLM
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 FORMAT_VERSION = 1
+LEGACY_TOKENIZER_NAME = "tokenizer.json"  # {"tokenize": "en"}: where folders written before config.json named it
 
 
 class ModelFileError(ElmoError, ValueError):
@@ -30,13 +34,14 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
     """Write ``model`` as a directory in our format; returns the directory.
 
     ``dtype=torch.float16`` halves the file (the shipped models use it); loading casts back to float32.
+    ``model.tokenizer_name`` goes into config.json, so the copy splits raw text as the original does.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: _stored(v, dtype) for k, v in model.state_dict().items()}
     with atomic_path(out / WEIGHTS_NAME) as tmp:
         save_file(state, str(tmp), metadata={"format": "elmo", "version": str(FORMAT_VERSION)})
-    config = {"format_version": FORMAT_VERSION, **model.config.to_options()}
+    config = {"format_version": FORMAT_VERSION, TOKENIZER_KEY: model.tokenizer_name, **model.config.to_options()}
     with atomic_path(out / CONFIG_NAME) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return out
@@ -55,7 +60,7 @@ def is_model_dir(path: str | Path) -> bool:
 
 
 def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
-    """Build from ``config.json``, then load ``model.safetensors`` strictly."""
+    """Build from ``config.json``, then load ``model.safetensors`` strictly; ``tokenizer_name`` from config.json."""
     root = Path(model_dir)
     for name in (CONFIG_NAME, WEIGHTS_NAME):
         if not (root / name).is_file():
@@ -65,14 +70,32 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
     if version != FORMAT_VERSION:
         raise ModelFileError(f"{root / CONFIG_NAME}: format_version {version!r} is not supported "
                              f"(this elmo reads {FORMAT_VERSION})")
+    tokenizer = _stored_tokenizer(options, root)
     config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))
     model = BiLM.from_config(config, stateful=stateful)
+    model.tokenizer_name = tokenizer
     try:
         state = load_file(str(root / WEIGHTS_NAME))
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root / WEIGHTS_NAME}: not a readable safetensors file ({err})") from None
     load_state_strict(model, state, str(root / WEIGHTS_NAME))
     return model.eval()
+
+
+def model_dir_tokenizer(model_dir: str | Path) -> str | None:
+    """The tokenizer a model directory names, read as ``load_model`` reads it, without loading the weights."""
+    root = Path(model_dir)
+    return _stored_tokenizer(_read_json(root / CONFIG_NAME), root)
+
+
+def _stored_tokenizer(options: dict, root: Path) -> str | None:
+    """config.json's tokenizer; for a folder written before config.json held it, its tokenizer.json."""
+    if TOKENIZER_KEY in options:
+        return tokenizer_name(options, str(root / CONFIG_NAME))
+    legacy = root / LEGACY_TOKENIZER_NAME
+    if not legacy.is_file():
+        return None
+    return tokenizer_name({TOKENIZER_KEY: _read_json(legacy).get("tokenize")}, str(legacy))
 
 
 def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:

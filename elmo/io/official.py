@@ -7,6 +7,7 @@ that turn one layout into the other. Each TensorFlow quirk is one named function
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -15,8 +16,8 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.config import ElmoConfig
-from elmo.errors import ElmoError
+from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
+from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.model.bilm import BiLM
 
@@ -204,8 +205,115 @@ def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
                     arrays[name] = obj[()]
             f.visititems(visit)
     except (OSError, KeyError, RuntimeError, ValueError) as err:
-        raise WeightFileError(f"{path}: not a readable HDF5 file ({err}); the download may be truncated") from None
+        raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
     return arrays
+
+
+def _hdf5_problem(err: Exception) -> str:
+    """h5py's reason in a few words ("truncated (5,000 of 450,896 bytes) ..."), not its internal call chain."""
+    text = str(err)
+    if cut := re.search(r"truncated file: eof = (\d+).*stored_eof = (\d+)", text):
+        return (f"truncated ({int(cut[1]):,} of {int(cut[2]):,} bytes); the download may be incomplete: "
+                f"download it again")
+    inner = re.findall(r"\(([^()]+)\)", text)
+    return f"{inner[-1] if inner else text.splitlines()[0] if text else type(err).__name__}; the file may be damaged"
+
+
+# ---- what a file is (for one-line refusals of the wrong file) -------------------------------------------------------
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+ZIP_MAGIC = b"PK\x03\x04"
+HDF5_KIND = "an HDF5 file"
+JSON_KIND = "JSON text"
+
+
+def describe_file(path: str | Path) -> str:
+    """What a file is, judged by its first bytes ("an HDF5 file", "a safetensors file", "a zip archive", ...), so
+    that a refusal can say what was given instead of a library's parse error."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder"
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    if not head:
+        return "an empty file"
+    if head.startswith(HDF5_MAGIC):
+        return HDF5_KIND
+    if head.startswith(ZIP_MAGIC) or head.startswith(b"PK\x05\x06"):
+        return "a zip archive"
+    if len(head) > 8 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size:
+        return "a safetensors file"
+    if head.startswith(b"\x1f\x8b"):
+        return "a gzip file"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b"["):
+        return JSON_KIND
+    if text[:1] == b"<":
+        return "an HTML/XML page (an error page saved in place of the download?)"
+    if h5py.is_hdf5(str(path)):  # HDF5 behind a user block
+        return HDF5_KIND
+    return f"not HDF5 (it begins with {head[:8]!r})"
+
+
+_ADVICE = {
+    "a safetensors file": "; our model.safetensors is loaded through its folder: give the folder as the model "
+                          "(model=FOLDER, --model FOLDER)",
+    "a zip archive": "; an NLPL model .zip is given as the model itself (model=FILE.zip, --model FILE.zip)",
+    JSON_KIND: "; the weights are the .hdf5 file",
+}
+
+
+def hdf5_entries(path: str | Path) -> list[str] | None:
+    """The top-level names of an HDF5 file (read without loading any data); None when h5py cannot open it."""
+    try:
+        with h5py.File(path, "r") as f:
+            return list(f.keys())
+    except (OSError, KeyError, RuntimeError, ValueError):
+        return None
+
+
+def holds_weights(entries: list[str]) -> bool:
+    """True for the top-level names of a bilm-tf weight file (char_embed, CNN, CNN_high_0, CNN_proj, RNN_0 ...)."""
+    return any(name == "char_embed" or name.startswith(("CNN", "RNN_")) for name in entries)
+
+
+def is_weight_file(path: str | Path) -> bool | None:
+    """True for an HDF5 file holding bilm-tf weights, False for any other file, None for an HDF5 file h5py cannot
+    open (truncated or damaged: loading it names the problem)."""
+    if describe_file(path) != HDF5_KIND:
+        return False
+    entries = hdf5_entries(path)
+    return None if entries is None else holds_weights(entries)
+
+
+def check_official_pair(options_file: str | Path, weight_file: str | Path) -> None:
+    """Refuse, in one line, the wrong file in either place before anything is parsed: a folder, the two files
+    swapped, a weight file that is not HDF5 (saying what it is), or an HDF5 file without weights."""
+    options, weights = Path(options_file), Path(weight_file)
+    for path, role, expected in ((options, "options", "options.json"), (weights, "weights", "weights .hdf5")):
+        if path.is_dir():
+            raise UsageError(f"{path}: is a folder, where the {role} file ({expected}) is expected; give the file "
+                             f"inside it, or the folder itself as the model (model=FOLDER, --model FOLDER)")
+    if not weights.exists():
+        raise WeightFileError(f"{weights}: no such weight file")
+    options_kind, weights_kind = describe_file(options), describe_file(weights)
+    if options_kind == HDF5_KIND and weights_kind == JSON_KIND:
+        raise UsageError(f"options and weights look swapped: the options {options} is an HDF5 file and the weights "
+                         f"{weights} is JSON; pass the .json as options and the .hdf5 as weights")
+    if weights_kind != HDF5_KIND:
+        raise WeightFileError(f"{weights}: not an HDF5 weight file but {weights_kind}{_ADVICE.get(weights_kind, '')}")
+    if options_kind == HDF5_KIND:
+        raise UsageError(f"{options}: an HDF5 file, where the options file (options.json) is expected")
+    entries = hdf5_entries(weights)
+    if entries is not None and not holds_weights(entries):
+        shown = ", ".join(repr(name) for name in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise WeightFileError(f"{weights}: an HDF5 file without bilm-tf weights (it holds {len(entries)} "
+                              f"{'entry' if len(entries) == 1 else 'entries'}: {shown or 'nothing'}; vectors from an embedding run?); give the weight file, the one "
+                              f"with char_embed, CNN and RNN_0 (e.g. lm_weights.hdf5 or *_weights.hdf5)")
 
 
 def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> ElmoConfig:
@@ -219,9 +327,11 @@ def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> Elmo
 
 def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
+    check_official_pair(options_file, weight_file)
     arrays = _read_hdf5(Path(weight_file))
     config = unclipped_without_projection(ElmoConfig.from_file(options_file), set(arrays))
     model = BiLM.from_config(config, stateful=stateful)
+    model.tokenizer_name = file_tokenizer(options_file)  # named in our exports; in others' files: whitespace
     model.load_state_dict(read_official_state(weight_file, config, arrays), strict=True)
     return model.eval()
 
@@ -236,7 +346,8 @@ def official_arrays(model: BiLM) -> dict[str, np.ndarray]:
 
 
 def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
-    """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths."""
+    """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths. A model that
+    splits raw text with a tokenizer names it in options.json (``"tokenizer"``: an extra key those readers ignore)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = out / "options.json", out / weights_name
@@ -244,6 +355,9 @@ def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weigh
         with h5py.File(tmp, "w") as f:
             for name, array in official_arrays(model).items():
                 f.create_dataset(name, data=array)
+    options = model.config.to_options()
+    if model.tokenizer_name is not None:
+        options[TOKENIZER_KEY] = model.tokenizer_name
     with atomic_path(options_path) as tmp:
-        tmp.write_text(json.dumps(model.config.to_options(), indent=2) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
     return options_path, weights_path

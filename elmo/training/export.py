@@ -10,22 +10,22 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import Vocabulary
 from elmo.io.atomic import atomic_path
-from elmo.io.checkpoint import (load_language_model, recorded_tokenizer, save_language_model,
-                                 write_tokenizer_record)
+from elmo.io.checkpoint import load_language_model, save_language_model
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     """Write into ``out_dir``: options.json + weights.hdf5 (official, for AllenNLP / bilm-tf / ``--options``)
-    and config.json + model.safetensors + softmax.safetensors + vocab.txt (ours, to embed, score or train on)."""
+    and config.json + model.safetensors + softmax.safetensors + vocab.txt (ours, to embed, score or train on).
+    Both name the tokenizer of the training text (``bilm.tokenizer_name``), so embed / show / perplexity split
+    raw text alike."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out}: is a file; export writes several files, give a folder")
     bilm, softmax, vocab = load_language_model(checkpoint)
     export_official(bilm, out)
     save_language_model(out, bilm, softmax, vocab)
-    write_tokenizer_record(out, recorded_tokenizer(checkpoint))  # so embed / show / perplexity split text alike
     return out
 
 

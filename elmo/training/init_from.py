@@ -48,12 +48,12 @@ def has_softmax(source: str | Path) -> bool:
 
 
 def starting_weights(source: str | Path) -> StartingWeights:
-    """The weights (and, where there is one, the softmax and vocabulary) a new run starts from."""
-    from elmo import pretrained
+    """The weights (and, where there is one, the softmax and vocabulary) a new run starts from; the tokenizer is the
+    one the loaded biLM names."""
     from elmo.io.load import load_bilm
 
-    tokenize = pretrained.model_tokenizer(source)
     if has_softmax(source):
         bilm, softmax, vocab = load_language_model(source)
-        return StartingWeights(bilm, softmax.state_dict(), vocab, tokenize, str(source))
-    return StartingWeights(load_bilm(source), None, None, tokenize, str(source))
+        return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, str(source))
+    bilm = load_bilm(source)
+    return StartingWeights(bilm, None, None, bilm.tokenizer_name, str(source))

@@ -153,6 +153,9 @@ class Trainer:
         torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank, and so do the negatives
 
         self.model = LanguageModel.from_config(config.model, len(vocab), dropout=config.dropout)
+        # how the training text is split: every checkpoint's config.json names it (save_model), and so every model
+        # loaded from this run splits raw text the same way
+        self.model.bilm.tokenizer_name = None if config.tokenize == "whitespace" else config.tokenize
         if checkpoint is not None:
             self.model.bilm.load_state_dict(checkpoint.bilm.state_dict())
             load_state_strict(self.model.softmax, checkpoint.softmax, str(checkpoint.path / "softmax.safetensors"))

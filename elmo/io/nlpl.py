@@ -1,0 +1,138 @@
+"""NLPL repository models (http://vectors.nlpl.eu/repository): a .zip of ``options.json`` + ``model.hdf5``
+(bilm-tf layout) [+ ``vocab.txt``, ``meta.json``, ``README``], the format simple_elmo reads.
+
+Hundreds of ELMo models for other languages are published this way. A zip is unpacked once into the cache
+directory (``$ELMO_CACHE`` or ``~/.cache/elmo``), under a folder named by the zip's sha256: its members are
+streamed to a temporary folder (never read whole into memory), each checked against the size the zip records
+(a zip bomb stops there), and the folder is renamed into place only when complete. The models were trained on
+whitespace-tokenised text, so no tokenizer is attached.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+from itertools import islice
+from pathlib import Path
+
+from elmo.io.download import cache_dir, sha256_of
+from elmo.io.native import ModelFileError
+
+log = logging.getLogger(__name__)
+
+OPTIONS_NAME = "options.json"
+WEIGHTS_NAME = "model.hdf5"
+VOCAB_NAME = "vocab.txt"
+MEMBERS = (OPTIONS_NAME, WEIGHTS_NAME, VOCAB_NAME, "meta.json", "README")  # what is extracted; anything else is not
+MAX_MEMBER_BYTES = 16 << 30  # no published ELMo weight file comes near (the largest are about 400 MB)
+MAX_RATIO = 1000  # uncompressed / compressed: weights barely compress, text about 4x; far more is a bomb
+CACHE_WORDS = 2_000  # the vocabulary's first (most frequent) words whose token vectors are precomputed at load
+CHUNK = 1 << 20
+
+
+def is_nlpl_folder(folder: str | Path) -> bool:
+    """True for a folder laid out as an unpacked NLPL zip: options.json beside model.hdf5."""
+    folder = Path(folder)
+    return (folder / OPTIONS_NAME).is_file() and (folder / WEIGHTS_NAME).is_file()
+
+
+def vocab_words(folder: str | Path, limit: int = CACHE_WORDS) -> list[str] | None:
+    """The first ``limit`` distinct words of the folder's vocab.txt (one per line, most frequent first, as
+    bilm-tf writes it; <S>, </S> and <UNK> included), or None when there is none. Read leniently: the words only
+    seed a cache, so a repeated or damaged line is skipped rather than refused."""
+    path = Path(folder) / VOCAB_NAME
+    if not path.is_file():
+        return None
+    words: dict[str, None] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in islice(f, limit * 2):
+            word = line.strip()
+            if word and " " not in word and "\ufffd" not in word:
+                words.setdefault(word)
+            if len(words) >= limit:
+                break
+    return list(words) or None
+
+
+def unpack_nlpl_zip(archive: str | Path) -> Path:
+    """The unpacked folder of an NLPL model zip (options.json + model.hdf5 [+ vocab.txt ...]), extracted into the
+    cache the first time and reused after (keyed by the zip's sha256)."""
+    archive = Path(archive)
+    root = cache_dir() / "nlpl"
+    target = root / sha256_of(archive)
+    if is_nlpl_folder(target):
+        return target
+    try:
+        with zipfile.ZipFile(archive) as z:
+            members = _members(archive, z)
+            _check_sizes(archive, members.values(), root)
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name[:16]}.", suffix=".tmp", dir=root))
+            try:
+                for name, info in members.items():
+                    _extract(archive, z, info, tmp / name)
+                if target.exists() and not is_nlpl_folder(target):
+                    shutil.rmtree(target)  # left incomplete by hand (a file deleted): unpack afresh
+                try:
+                    os.rename(tmp, target)
+                except OSError:  # another process finished first (a complete folder is only ever renamed in)
+                    if not is_nlpl_folder(target):
+                        raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except zipfile.BadZipFile as err:
+        raise ModelFileError(f"{archive}: a damaged zip ({err}); download it again") from None
+    except (NotImplementedError, RuntimeError) as err:  # an unsupported compression method, an encrypted member
+        raise ModelFileError(f"{archive}: cannot unpack ({err}); unzip it yourself and give the folder") from None
+    log.info("unpacked %s into %s", archive, target)
+    return target
+
+
+def _members(archive: Path, z: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """The zip entries to extract, by the plain name they get (at the top level or inside one folder)."""
+    found: dict[str, list[zipfile.ZipInfo]] = {}
+    for info in z.infolist():
+        name = info.filename.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        if name in MEMBERS and not info.is_dir():
+            found.setdefault(name, []).append(info)
+    for name in (OPTIONS_NAME, WEIGHTS_NAME):
+        if len(found.get(name, [])) != 1:
+            listed = ", ".join(info.filename for info in z.infolist()[:6]) or "nothing"
+            problem = "no" if name not in found else f"{len(found[name])} copies of"
+            raise ModelFileError(f"{archive}: {problem} {name} (it holds {listed}); an NLPL ELMo zip holds "
+                                 f"options.json + model.hdf5 once each")
+    return {name: infos[0] for name, infos in found.items() if len(infos) == 1}
+
+
+def _check_sizes(archive: Path, members, root: Path) -> None:
+    """Refuse members larger than any ELMo file, compressed beyond what real files allow, or not fitting on disk."""
+    total = 0
+    for info in members:
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > MAX_MEMBER_BYTES or (info.file_size > CHUNK and ratio > MAX_RATIO):
+            raise ModelFileError(f"{archive}: member {info.filename!r} claims {info.file_size:,} bytes from "
+                                 f"{info.compress_size:,} compressed; not an ELMo model (a zip bomb?), not extracted")
+        total += info.file_size
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if total > free:
+        raise ModelFileError(f"{archive}: unpacking needs {total:,} bytes and {existing} has {free:,} free; free some "
+                             f"space or set ELMO_CACHE to a larger disk")
+
+
+def _extract(archive: Path, z: zipfile.ZipFile, info: zipfile.ZipInfo, out: Path) -> None:
+    """Stream one member to ``out``, stopping as soon as it exceeds the size the zip records for it."""
+    written = 0
+    with z.open(info) as src, open(out, "wb") as dst:
+        while block := src.read(CHUNK):
+            written += len(block)
+            if written > info.file_size:
+                raise ModelFileError(f"{archive}: member {info.filename!r} unpacks to more than the {info.file_size:,} "
+                                     f"bytes it records; a damaged or malicious zip, not extracted")
+            dst.write(block)
+    if written != info.file_size:
+        raise ModelFileError(f"{archive}: member {info.filename!r} unpacks to {written:,} of its {info.file_size:,} "
+                             f"bytes; the zip is damaged: download it again")
