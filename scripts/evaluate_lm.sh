@@ -7,7 +7,7 @@ run=$1
 data=${2:-runs/data/en}
 # The sets are already tokenised (prepare_english.py), so they are split on spaces, as the baselines split them: a
 # model that records the en tokenizer (one made with --init-from en) would otherwise re-split them (WikiText's <unk>
-# -> < unk >, 1990s -> 1990 s) and its figures would not compare with the cards' (1B dev: 322,706 predictions).
+# -> < unk >) and its figures would not compare with the cards' (1B dev: 322,706 predictions).
 for f in 1b-dev.txt wikitext2-valid.txt heldout-nlp.txt; do
   echo "== $f"
   elmo perplexity "$run" "$data/$f" --quiet --tokenize whitespace
