@@ -10,7 +10,7 @@ from elmo.io.load import load_bilm
 from elmo.io.native import load_model, save_model
 from elmo.io.official import export_official, load_official
 from elmo.model.bilm import BiLM, BiLMOutput, remove_sentence_boundaries
-from elmo.model.elmo import Elmo
+from elmo.downstream import Elmo
 from elmo.model.mix import ComponentProjection, ScalarMix
 
 __all__ = [

@@ -288,8 +288,9 @@ def _relaunch_with_torchrun(nproc: int) -> None:
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
     from elmo.data.vocab import UNKNOWN_SHARE_WARNING
-    from elmo.io.checkpoint import load_language_model, recorded_tokenizer
+    from elmo.io.checkpoint import recorded_tokenizer
     from elmo.text.tokenize import get_tokenizer
+    from elmo.training.checkpoint import load_language_model
     from elmo.training.evaluate import perplexity, zero_state_perplexity
     from elmo.training.lm import LanguageModel
 
@@ -312,7 +313,7 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from elmo.io.checkpoint import load_language_model
+    from elmo.training.checkpoint import load_language_model
     from elmo.training.evaluate import score
 
     bilm, softmax, vocab = load_language_model(args.model)
@@ -322,7 +323,7 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 
 def cmd_substitutes(args: argparse.Namespace) -> None:
-    from elmo.io.checkpoint import load_language_model
+    from elmo.training.checkpoint import load_language_model
     from elmo.training.evaluate import substitutes
 
     tokens = args.sentence.split()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from elmo.errors import ElmoError
+from elmo.text.tokenize import TOKENIZER_NAMES
 
 #: Training-time keys bilm-tf writes next to ``lstm`` and ``char_cnn``; inference ignores them silently.
 TRAINING_KEYS = frozenset(
@@ -178,8 +179,6 @@ class ElmoConfig:
 def tokenizer_name(options: dict[str, Any], source: str) -> str | None:
     """The tokenizer an options/config object names (``TOKENIZER_KEY``): one of ``TOKENIZER_NAMES``, or None for
     whitespace-split text (key absent, null or "whitespace")."""
-    from elmo.text.tokenize import TOKENIZER_NAMES
-
     name = options.get(TOKENIZER_KEY) if isinstance(options, dict) else None
     if name is None or name == "whitespace":
         return None

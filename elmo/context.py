@@ -17,6 +17,7 @@ import numpy as np
 
 from elmo.embed import Embedder
 from elmo.errors import MissingDependencyError, UsageError
+from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import numbered_lines
 
 if TYPE_CHECKING:
@@ -187,7 +188,6 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingDependencyError("plotting needs matplotlib: pip install 'elmo[plot]'") from None
-    from elmo.io.atomic import atomic_path
 
     n_layers = found[0].vectors.shape[0]
     names = list(layer_names or [f"layer {k}" for k in range(n_layers)])

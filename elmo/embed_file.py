@@ -30,12 +30,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from elmo.embed import length_batches, run_batch
+from elmo.batching import length_batches, run_batch
 from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import NotUtf8Error, TextLineError, count_lines, numbered_lines
 from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
+from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
 
 OutputLayers = Literal["all", "top", "average"]
 Tokenize = Union[str, Callable[[str], list[str]], None]
@@ -141,8 +142,6 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
 
 def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], list[str]] | None, str]:
     """(the function that splits a line, None for whitespace; the name recorded in the output) for ``tokenize``."""
-    from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
-
     if tokenize == "model":
         tokenize = bilm.tokenizer_name
     if tokenize is None or isinstance(tokenize, str):

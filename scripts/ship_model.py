@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from elmo.io.checkpoint import load_language_model, resolve_checkpoint
+from elmo.io.checkpoint import resolve_checkpoint
+from elmo.training.checkpoint import load_language_model
 from elmo.io.atomic import atomic_path
 from elmo.io.native import save_model
 

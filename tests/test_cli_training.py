@@ -194,7 +194,7 @@ def test_the_training_tokenizer_is_recorded_kept_on_resume_and_used_by_perplexit
 
 def test_adapting_the_shipped_english_model_to_new_text(text_slices, tmp_path, capsys):
     """`--init-from en`: the shipped biLM (sizes and tokenizer included) with a new softmax over --vocab."""
-    from elmo.io.checkpoint import load_checkpoint
+    from elmo.training.checkpoint import load_checkpoint
     from elmo.io.load import load_bilm
 
     _, dev, vocab = text_slices

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from elmo.data.chars import batch_to_ids
-from elmo.model.elmo import Elmo
+from elmo.downstream import Elmo
 from elmo.model.mix import ScalarMix
 from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config
 

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-import elmo.io.load
+import elmo.embed
 from elmo.embed import Embedder, Padded
 from elmo.embed_file import InputFileError, embed_file, weights_sha256
 from elmo.errors import InputTypeError, UsageError
@@ -85,7 +85,7 @@ def test_raw_text_goes_through_the_models_tokenizer_by_default(monkeypatch):
     assert Embedder(bilm).tokenize(["Don't stop."]) == [["Do", "n't", "stop", "."]]
     assert Embedder(bilm, tokenizer="whitespace").tokenize(["Don't stop."]) == [["Don't", "stop."]]
 
-    monkeypatch.setattr(elmo.io.load, "load_bilm", lambda *args, **kwargs: bilm)
+    monkeypatch.setattr(elmo.embed, "load_bilm", lambda *args, **kwargs: bilm)
     loaded = Embedder.from_pretrained("some/model")
     assert loaded.tokenize(["Don't stop."]) == [["Do", "n't", "stop", "."]]
     assert loaded.model_name.endswith("some/model")

@@ -22,7 +22,7 @@ from elmo.io.load import load_bilm
 from elmo.io.native import ModelFileError, save_model
 from elmo.io.official import WeightFileError, export_official, load_official
 from elmo.model.bilm import BiLM
-from elmo.model.elmo import Elmo
+from elmo.downstream import Elmo
 from tests.conftest import random_bilm, small_config
 
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Añoranza", "zzyzx"], ["<S>", "word", "</S>"]]

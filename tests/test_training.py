@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import load_language_model
+from elmo.training.checkpoint import load_language_model
 from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, zero_state_perplexity
 from elmo.training.lm import LanguageModel

@@ -1,111 +1,19 @@
-"""Training checkpoints: self-describing directories, written whole or not at all, never pickled.
+"""Training checkpoints as the loaders see them: where a run folder keeps its checkpoints, and which is newest.
 
-``run_dir/step-00001250/`` holds
-
-* ``config.json`` + ``model.safetensors``: the biLM in our model format (so ``load_model`` and ``elmo embed``
-  read a checkpoint directly), the tokenizer of the training text included;
-* ``softmax.safetensors`` and ``vocab.txt``: the LM head, needed to continue training or measure perplexity;
-* ``train_config.json``: the full training configuration;
-* ``optimizer.safetensors`` + ``optimizer.json``: the optimiser's tensors and its plain settings;
-* ``state.safetensors``: carried LSTM states and RNG states of every rank;
-* ``trainer.json``: step, tokens seen, elapsed time, every rank's data position.
-
-A checkpoint is written into a hidden temporary directory and renamed into place, so a crash leaves either the
-previous checkpoint set or the new one, never a half-written directory.
+``run_dir/step-00001250/`` is a model directory (``config.json`` + ``model.safetensors``, our format) plus the
+training state beside it, so ``load_model``, ``load_bilm`` and ``elmo embed`` read a checkpoint, or a run folder's
+newest one, directly. Writing and reading the whole checkpoint (softmax, vocabulary, optimizer, carried states) is
+``elmo.training.checkpoint``'s: this module knows only the layout, so loading a model needs no training code.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from elmo.config import file_tokenizer
-from elmo.data.vocab import Vocabulary
-from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path, new_file_mode
-from elmo.io.native import (ModelFileError, is_model_dir, load_model, load_state_strict,
-                            model_dir_tokenizer, save_model)
-from elmo.model.bilm import BiLM
-from elmo.training.softmax import LMSoftmax
+from elmo.io.native import ModelFileError, is_model_dir, model_dir_tokenizer
 
-PREFIX = "step-"
-
-
-def flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split ``optimizer.state_dict()`` into tensors (for safetensors) and plain data (for JSON)."""
-    tensors, plain = {}, {"param_groups": state["param_groups"], "state": {}}
-    for index, values in state["state"].items():
-        plain["state"][str(index)] = {}
-        for key, value in values.items():
-            if torch.is_tensor(value):
-                tensors[f"{index}.{key}"] = value.detach().cpu().contiguous()
-            else:
-                plain["state"][str(index)][key] = value
-    return tensors, plain
-
-
-def unflatten_optimizer(tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> dict[str, Any]:
-    state: dict[int, dict[str, Any]] = {int(i): dict(v) for i, v in plain["state"].items()}
-    for name, value in tensors.items():
-        index, key = name.split(".", 1)
-        state.setdefault(int(index), {})[key] = value
-    return {"state": state, "param_groups": plain["param_groups"]}
-
-
-@dataclass
-class Checkpoint:
-    path: Path
-    bilm: BiLM
-    softmax: dict[str, torch.Tensor]
-    vocab: Vocabulary
-    train_config: dict[str, Any]
-    optimizer: dict[str, Any] | None
-    tensors: dict[str, torch.Tensor]  # carried states and RNG states, by name
-    trainer: dict[str, Any]
-
-
-def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary,
-                    train_config: dict[str, Any], optimizer_state: dict[str, Any] | None,
-                    tensors: dict[str, torch.Tensor], trainer: dict[str, Any], keep: int = 3) -> Path:
-    """Write ``run_dir/step-XXXXXXXX`` atomically and delete all but the ``keep`` newest checkpoints. The tokenizer
-    of the training text is ``bilm.tokenizer_name`` (the trainer sets it), written into config.json."""
-    run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    final = run / f"{PREFIX}{step:08d}"
-    tmp = run / f".{final.name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        save_model(bilm, tmp)
-        _save_tensors(softmax.state_dict(), tmp / "softmax.safetensors")
-        vocab.save(tmp / "vocab.txt")
-        _write_json(tmp / "train_config.json", train_config)
-        if optimizer_state is not None:
-            opt_tensors, opt_plain = flatten_optimizer(optimizer_state)
-            _save_tensors(opt_tensors, tmp / "optimizer.safetensors")
-            _write_json(tmp / "optimizer.json", opt_plain)
-        _save_tensors(tensors, tmp / "state.safetensors")
-        _write_json(tmp / "trainer.json", {"step": step, **trainer})
-        _fsync_dir(tmp)
-        if final.exists():  # a rerun reaching the same step: replace it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(run)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    for old in list_checkpoints(run)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+PREFIX = "step-"  # a checkpoint's folder: PREFIX + the step in 8 digits; complete once trainer.json is in it
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -141,77 +49,3 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if not found:
         raise ModelFileError(f"{path}: no checkpoint here (expected a step-* directory with trainer.json)")
     return found[-1]
-
-
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Everything a checkpoint holds; the optimizer part is absent for exported LM directories."""
-    root = resolve_checkpoint(path)
-    bilm = load_model(root)
-    try:
-        softmax = load_file(str(root / "softmax.safetensors"))
-        tensors = load_file(str(root / "state.safetensors"))
-        optimizer = None
-        if (root / "optimizer.safetensors").is_file():
-            optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")),
-                                            _json(root / "optimizer.json"))
-        settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ModelFileError(f"{root}: damaged checkpoint ({err})") from None
-    return Checkpoint(root, bilm, softmax, Vocabulary.load(root / "vocab.txt"), settings["train_config.json"],
-                      optimizer, tensors, settings["trainer.json"])
-
-
-def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """safetensors' writer creates files readable by their owner only; ours get a plain file's mode."""
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
-    os.chmod(path, new_file_mode())
-
-
-def _json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path.name} is not valid JSON ({err})") from None
-
-
-def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary) -> Path:
-    """Our model format plus the softmax and vocabulary: enough to embed, score, and continue training."""
-    out = save_model(bilm, out_dir)
-    with atomic_path(out / "softmax.safetensors") as tmp:
-        _save_tensors(softmax.state_dict(), tmp)
-    vocab.save(out / "vocab.txt")
-    return out
-
-
-def load_language_model(path: str | Path) -> tuple[BiLM, LMSoftmax, Vocabulary]:
-    """(bilm, softmax, vocab) from a checkpoint or an exported LM directory."""
-    root = Path(path)
-    if not (root / "softmax.safetensors").is_file():
-        if (root / "options.json").is_file() and not list_checkpoints(root):
-            raise ModelFileError(f"{root}: official options.json + .hdf5 hold no softmax, so the LM cannot be scored; "
-                                 f"give a training checkpoint, a run folder or an `elmo export` folder")
-        root = resolve_checkpoint(root)
-    bilm = load_model(root)
-    vocab = Vocabulary.load(root / "vocab.txt")
-    softmax = LMSoftmax(len(vocab), bilm.config.lstm.projection_dim)
-    try:
-        state = load_file(str(root / "softmax.safetensors"))
-    except (SafetensorError, OSError) as err:
-        raise ModelFileError(f"{root / 'softmax.safetensors'}: not readable ({err})") from None
-    load_state_strict(softmax, state, str(root / "softmax.safetensors"))
-    return bilm, softmax.eval(), vocab
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from elmo import pretrained
 from elmo.errors import UsageError
 from elmo.io import nlpl
 from elmo.io.checkpoint import list_checkpoints
@@ -22,8 +23,6 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
               weights: str | Path | None = None, stateful: bool = False) -> BiLM:
     """Load a biLM from ``model`` (a name such as "en", "ko" or "original", or a path: see ``load_path``) or from
     ``options`` + ``weights`` (the official pair). Nothing given: "en"."""
-    from elmo import pretrained
-
     if model is not None and (options is not None or weights is not None):
         raise UsageError("give either a model directory or --options and --weights, not both")
     if model is None and options is None and weights is None:
@@ -42,8 +41,6 @@ def load_path(model: str | Path, stateful: bool = False) -> BiLM:
     """A biLM from a path: our model directory; a training run folder (its newest checkpoint); a folder holding an
     official pair (``options.json`` or ``*options*.json`` + the weights ``.hdf5``, picked by content where there
     are several .hdf5 files); an NLPL folder or .zip (its vocab.txt, if any, seeds the token cache)."""
-    from elmo import pretrained
-
     root = Path(model)
     if not root.exists():
         if _looks_like_name(str(model)):

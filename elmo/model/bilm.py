@@ -21,7 +21,7 @@ from torch import nn
 from elmo.config import ElmoConfig
 from elmo.data.chars import add_sentence_boundaries
 from elmo.errors import UsageError
-from elmo.model.char_cnn import CharEncoder
+from elmo.model.char_cnn import CharEncoder, build_token_cache
 from elmo.model.lstm import LSTMStack, build_lstm_stack
 from elmo.model.state import BiState, StateCarrier, zero_state
 
@@ -65,8 +65,6 @@ class BiLM(nn.Module):
     def cache_tokens(self, words: Sequence[str] | None) -> None:
         """Precompute the token layer of ``words`` (a vocabulary) for frozen inference; other words still work.
         ``cache_tokens(None)`` drops the cache."""
-        from elmo.model.token_cache import build_token_cache
-
         self.char_encoder.token_cache = None if words is None else build_token_cache(self.char_encoder, list(words))
 
     def set_matmul_precision(self, precision: str) -> None:

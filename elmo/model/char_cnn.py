@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import warnings
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from elmo.config import CharCNNConfig
-from elmo.data.chars import check_char_ids
-from elmo.model.token_cache import TokenMemo
+from elmo.data.chars import check_char_ids, word_to_char_ids
+from elmo.model.token_cache import TokenCache, TokenMemo
 from elmo.model.weight_updates import weights_version
 
 MEMO_WORDS = 32_768  # words whose token vectors inference remembers (P floats each: 64 MB at P = 512)
@@ -44,7 +45,7 @@ class CharEncoder(nn.Module):
         self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.n_filters, output_dim)
         self._activation = torch.tanh if config.activation == "tanh" else F.relu
-        self.token_cache = None  # an optional TokenCache (elmo.model.token_cache) for frozen inference
+        self.token_cache: TokenCache | None = None  # for frozen inference (build_token_cache)
         self.memo_words = MEMO_WORDS  # 0: no memo
         self._memos: dict = {}  # matmul dtype -> TokenMemo of recently seen words (frozen inference only, exact)
         self._memo_weights: tuple | None = None
@@ -168,3 +169,16 @@ def length_groups(char_ids: torch.Tensor, max_filter_width: int) -> list[tuple[t
         rows = torch.nonzero(keys == key).squeeze(1)
         groups.append((rows, int(needed[rows].max())))
     return groups
+
+
+def build_token_cache(encoder: CharEncoder, words: Sequence[str], batch_size: int = 1024) -> TokenCache:
+    """Run ``encoder`` (a CharEncoder) over ``words`` once and cache the results."""
+    width = encoder.config.max_characters_per_token
+    rows = torch.tensor([word_to_char_ids(w, width) for w in words], dtype=torch.long).view(-1, width)  # (V, W)
+    device = encoder.projection.weight.device
+    with torch.inference_mode():
+        vectors = torch.cat([encoder(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]) \
+            if len(rows) else torch.zeros(0, encoder.output_dim, device=device)
+    cache = TokenCache(rows, vectors.clone())
+    cache.weights_key = encoder.weights_key()
+    return cache

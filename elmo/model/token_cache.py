@@ -9,13 +9,10 @@ cache is dropped with a warning and the CNN used instead.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from elmo.model.char_cnn import CharEncoder
 
 
 class TokenCache:
@@ -29,7 +26,7 @@ class TokenCache:
         rows = char_rows.to(torch.int16).cpu().numpy()
         self.index = {row.tobytes(): i for i, row in enumerate(rows)}
         self.width = char_rows.shape[1]
-        self.weights_key: tuple | None = None  # the encoder weights it was computed with (set by build_token_cache)
+        self.weights_key: tuple | None = None  # the encoder weights it was computed with (char_cnn.build_token_cache)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -97,18 +94,3 @@ class TokenMemo:
             self.slots[k] = slot
             slots.append(slot)
         self.vectors[torch.tensor(slots, device=vectors.device)] = vectors
-
-
-def build_token_cache(encoder: CharEncoder, words: Sequence[str], batch_size: int = 1024) -> TokenCache:
-    """Run ``encoder`` (a CharEncoder) over ``words`` once and cache the results."""
-    from elmo.data.chars import word_to_char_ids
-
-    width = encoder.config.max_characters_per_token
-    rows = torch.tensor([word_to_char_ids(w, width) for w in words], dtype=torch.long).view(-1, width)  # (V, W)
-    device = encoder.projection.weight.device
-    with torch.inference_mode():
-        vectors = torch.cat([encoder(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]) \
-            if len(rows) else torch.zeros(0, encoder.output_dim, device=device)
-    cache = TokenCache(rows, vectors.clone())
-    cache.weights_key = encoder.weights_key()
-    return cache

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from elmo import pretrained
 from elmo.embed import Embedder
 from elmo.errors import UsageError
 from elmo.io.download import cache_dir
@@ -23,6 +24,7 @@ from elmo.tasks.train import (
     score,
     train_head,
 )
+from elmo.text.tokenize import get_tokenizer
 
 # format name -> reader; tagged formats give TaggedSentence, the others LabelledText
 FORMATS: dict[str, Callable] = {
@@ -131,8 +133,6 @@ def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path |
 
 def _model_reference(model: str | Path) -> str:
     """A name stays a name; a directory is stored as an absolute path (eval may run from elsewhere)."""
-    from elmo import pretrained
-
     return str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
 
 
@@ -146,8 +146,6 @@ def _checked_embedder(config: TaskConfig) -> Embedder:
 
 
 def _embedder(model: str, tokenize: str | None) -> Embedder:
-    from elmo.text.tokenize import get_tokenizer
-
     embedder = Embedder.from_pretrained(model)
     if tokenize is not None:
         embedder.tokenizer = get_tokenizer(tokenize)

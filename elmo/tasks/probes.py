@@ -22,8 +22,10 @@ import torch
 
 from elmo.embed import Embedder
 from elmo.errors import MissingDependencyError
+from elmo.io.atomic import atomic_path
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features
+from elmo.tasks.heads import LayerInput
 
 WINDOW = 5  # words on each side for the static WSD context vector
 TIE = 1e-6  # cosine scores this close to the best are a tie (float rounding of identical sense vectors)
@@ -37,7 +39,6 @@ def train_word2vec(sentences: Iterable[Sequence[str]], out: str | Path, dim: int
         from gensim.models import Word2Vec
     except ImportError:
         raise MissingDependencyError("the static baseline needs gensim: pip install gensim") from None
-    from elmo.io.atomic import atomic_path
 
     corpus = [list(s) for s in sentences if s]
     model = Word2Vec(corpus, vector_size=dim, window=WINDOW, min_count=min_count, sg=1, epochs=epochs,
@@ -74,8 +75,6 @@ def static_token_vectors(vectors: dict[str, np.ndarray], tokens: Sequence[str]) 
 def _fit_linear(train_x: torch.Tensor, train_y: torch.Tensor, dev_x: torch.Tensor, dev_y: torch.Tensor,
                 n_classes: int, epochs: int, mix: bool, seed: int = 0) -> float:
     """Softmax regression (optionally over a learned scalar mix of the layers); dev accuracy."""
-    from elmo.tasks.heads import LayerInput
-
     torch.manual_seed(seed)
     mixer = LayerInput(train_x.shape[1], "mix") if mix else None
     linear = torch.nn.Linear(train_x.shape[-1], n_classes)

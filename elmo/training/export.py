@@ -10,9 +10,9 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import Vocabulary
 from elmo.io.atomic import atomic_path
-from elmo.io.checkpoint import load_language_model, save_language_model
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
+from elmo.training.checkpoint import load_language_model, save_language_model
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:

@@ -21,8 +21,10 @@ from pathlib import Path
 import torch
 
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import list_checkpoints, load_language_model
+from elmo.io.checkpoint import list_checkpoints
+from elmo.io.load import load_bilm
 from elmo.model.bilm import BiLM
+from elmo.training.checkpoint import load_language_model
 
 # batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say: the
 # shipped English model's new softmax got from 50,003 (uniform) to 357 held-out perplexity in 1,000 frozen batches
@@ -50,8 +52,6 @@ def has_softmax(source: str | Path) -> bool:
 def starting_weights(source: str | Path) -> StartingWeights:
     """The weights (and, where there is one, the softmax and vocabulary) a new run starts from; the tokenizer is the
     one the loaded biLM names."""
-    from elmo.io.load import load_bilm
-
     if has_softmax(source):
         bilm, softmax, vocab = load_language_model(source)
         return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, str(source))

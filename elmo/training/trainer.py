@@ -28,9 +28,10 @@ from elmo import pretrained
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import ElmoError, UsageError
-from elmo.io.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+from elmo.io.checkpoint import list_checkpoints, resolve_checkpoint
 from elmo.io.native import load_state_strict
 from elmo.text.tokenize import get_tokenizer
+from elmo.training.checkpoint import load_checkpoint, save_checkpoint
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
 from elmo.training.lm import LanguageModel

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import list_checkpoints, load_checkpoint
+from elmo.io.checkpoint import list_checkpoints
+from elmo.training.checkpoint import load_checkpoint
 from elmo.training.trainer import Trainer, TrainingDiverged
 from tests.conftest import micro_train_config
 
@@ -93,7 +94,7 @@ def test_non_finite_loss_skips_the_batch_and_stops_after_k_in_a_row(text_slices,
 
 
 def test_full_disk_keeps_the_previous_checkpoint(text_slices, tmp_path, monkeypatch):
-    import elmo.io.checkpoint as checkpoint_module
+    import elmo.training.checkpoint as checkpoint_module
 
     train, _, vocab = text_slices
     trainer = Trainer(micro_train_config(max_steps=10, checkpoint_every=2), [train], tmp_path / "r",

@@ -1,4 +1,7 @@
-"""``Elmo``: the module a downstream model holds, a (frozen) biLM plus one learned readout per representation."""
+"""``Elmo``: the module a downstream model holds, a (frozen) biLM plus one learned readout per representation.
+
+It sits above the model files (not in ``elmo.model``) because ``Elmo.from_pretrained`` loads a biLM by name or path
+through ``elmo.io.load`` (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import torch
 from torch import nn
 
 from elmo.errors import InputTypeError, UsageError
+from elmo.io.load import load_bilm
 from elmo.model.bilm import BiLM, remove_sentence_boundaries
 from elmo.model.mix import ComponentProjection, ScalarMix
 
@@ -56,8 +60,6 @@ class Elmo(nn.Module):
                         weights: str | Path | None = None, stateful: bool = False, **kwargs) -> "Elmo":
         """``Elmo`` over a biLM loaded from our directory or from the official options + weights pair.
         ``stateful=True``: AllenNLP's mode (LSTM state carried from batch to batch), for its exact numbers."""
-        from elmo.io.load import load_bilm
-
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
     @property

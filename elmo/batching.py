@@ -1,0 +1,68 @@
+"""Batching for inference: sentences grouped by length under a token budget, one forward pass per group, and
+the layer reading each caller asks for. ``Embedder`` and ``embed_file`` share it, so both give the same numbers."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence, Union
+
+import numpy as np
+import torch
+
+from elmo.data.chars import batch_to_ids
+from elmo.model.bilm import BiLM, remove_sentence_boundaries
+
+Layers = Union[str, int]
+
+
+def length_batches(lengths: Sequence[int], max_batch_size: int, max_tokens: int) -> Iterator[list[int]]:
+    """Indices sorted longest first, grouped so that rows x longest row <= ``max_tokens`` (a longer sentence goes
+    alone) and rows <= ``max_batch_size``: padding stays small and memory is bounded by the budget."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch: list[int] = []
+    for i in order:
+        longest = lengths[batch[0]] if batch else lengths[i]
+        if batch and (len(batch) >= max_batch_size or (len(batch) + 1) * max(longest, 1) > max_tokens):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+@torch.inference_mode()
+def run_batch(bilm: BiLM, batch: Sequence[Sequence[str]], layers: Layers = "all", pooling: str | None = None,
+              mix: torch.Tensor | None = None, device: str | torch.device = "cpu") -> list[np.ndarray]:
+    """One forward pass of ``bilm`` over ``batch`` in the given row order; one float32 array per sentence.
+
+    In stateful mode the row order matters: row b continues from row b of the previous call.
+    """
+    ids = batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token).to(device)  # (B, T, W)
+    out = bilm(ids)
+    mask = out.mask[:, 2:]  # (B, T) real tokens, boundaries dropped
+    stacked = torch.stack([remove_sentence_boundaries(layer, out.mask)[0] for layer in out.layers], 1)
+    if mix is None:
+        mix = torch.full((stacked.shape[1],), 1.0 / stacked.shape[1])
+    selected = select_layers(stacked, layers, mix.to(stacked.device))  # (B, L+1, T, 2P) or (B, T, 2P)
+    arrays = []
+    for row, n in enumerate(mask.sum(1).tolist()):
+        vectors = selected[row, ..., :n, :]  # (..., n, 2P)
+        if pooling == "mean":
+            vectors = vectors.sum(-2) / max(n, 1)
+        elif pooling == "max":
+            vectors = vectors.amax(-2) if n else vectors.sum(-2)
+        # a compact copy that owns its memory, not a view that would keep the whole batch's buffer alive
+        arrays.append(np.array(vectors.float().cpu().numpy(), copy=True))  # (..., n, 2P) or pooled (..., 2P)
+    return arrays
+
+
+def select_layers(layers: torch.Tensor, which: Layers, mix: torch.Tensor) -> torch.Tensor:
+    """(B, L+1, T, D) -> the requested view: "all" keeps the layer axis, anything else removes it."""
+    if which == "all":
+        return layers
+    if which == "top":
+        return layers[:, -1]
+    if which == "average":
+        return layers.mean(1)
+    if which == "mix":
+        return (layers * mix.view(1, -1, 1, 1)).sum(1)
+    return layers[:, int(which)]
