@@ -151,7 +151,7 @@ def test_embed_with_a_token_cache_gives_the_same_vectors(tmp_path):
 
 
 def test_show_pads_wide_characters_by_the_columns_they_take():
-    from elmo.cli import _fit_columns
+    from elmo.cli.embed import _fit_columns
 
     assert _fit_columns("그녀는", 8) == "그녀는  " and _fit_columns("bank", 6) == "bank  "
     assert _fit_columns("인출하기위해서", 5) == "인출 " and _fit_columns("x" * 20, 15) == "x" * 15

@@ -16,7 +16,6 @@ import os
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -24,90 +23,24 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from elmo import pretrained
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import ElmoError, UsageError
-from elmo.io.checkpoint import list_checkpoints, resolve_checkpoint
+from elmo.io.checkpoint import list_checkpoints
 from elmo.io.native import load_state_strict
 from elmo.text.tokenize import get_tokenizer
-from elmo.training.checkpoint import load_checkpoint, save_checkpoint
+from elmo.training.checkpoint import Checkpoint, save_checkpoint
 from elmo.training.config import TrainConfig
-from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
+from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
+from elmo.training.run_start import Distributed, settle_run
 from elmo.training.softmax import LogUniformSampler
 
 _ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
 
 
-@dataclass
-class Distributed:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> "Distributed":
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                   int(os.environ.get("LOCAL_RANK", 0)))
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
 class TrainingDiverged(ElmoError, ValueError):
     """Too many consecutive batches with a non-finite loss."""
-
-
-def _check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
-    """A new run must not write into another run's directory: pruning would delete the new checkpoints as the
-    oldest, and a later --resume would pick up the old run."""
-    existing = list_checkpoints(out_dir)
-    if not existing:
-        return
-    chosen = resolve_checkpoint(resume).resolve() if resume is not None else None
-    if chosen is not None and chosen.parent == out_dir.resolve():
-        if chosen != existing[-1].resolve():  # going back: "newest" would soon mean the abandoned branch
-            raise UsageError(f"{out_dir} has checkpoints newer than {chosen.name} (up to {existing[-1].name}): "
-                             f"resume into a new folder (--out NEW --resume {chosen}), or move the newer ones away")
-        return
-    raise UsageError(f"{out_dir} already holds a run (checkpoints up to {existing[-1].name}): pass --resume {out_dir} "
-                     "to continue that run, or choose a new --out")
-
-
-def _check_same_vocabulary(given: Vocabulary | None, own: Vocabulary, source: str | Path) -> None:
-    """A run from a model with a softmax keeps that softmax's vocabulary: a different --vocab is a mistake."""
-    if given is not None and given.words != own.words:
-        raise UsageError(f"the vocabulary given differs from {source}'s: a continued or adapted run keeps its own "
-                         f"(the softmax rows belong to its words); leave out --vocab")
-
-
-def _start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None,
-                env: "Distributed") -> tuple[StartingWeights, TrainConfig, Vocabulary]:
-    """The weights a new run starts from, and its config and vocabulary: the source's model sizes, the tokenizer its
-    text was split with (unless one is given), its vocabulary if it has a softmax (else the one given), and, for a
-    biLM without a softmax, a frozen start while the new softmax learns."""
-    if vocab is None and not has_softmax(source):  # before loading (or downloading) anything
-        freeze = config.freeze_bilm_steps if config.freeze_bilm_steps is not None else DEFAULT_FREEZE_STEPS
-        raise UsageError(f"{source} is a biLM without a softmax: give the words of the new softmax with --vocab "
-                         f"(build them from your text with `elmo vocab build`, with the --tokenize the model was "
-                         f"trained with); the biLM then stays frozen for the first {freeze} batches "
-                         f"(--freeze-bilm-steps) while the softmax learns")
-    if env.world > 1 and pretrained.is_model_name(str(source)):  # one download, then every rank reads the cache
-        if env.main:
-            pretrained.resolve(str(source))
-        dist.barrier()
-    start = starting_weights(source)
-    if start.vocab is not None:
-        _check_same_vocabulary(vocab, start.vocab, source)
-    freeze = config.freeze_bilm_steps
-    if freeze is None:
-        freeze = 0 if start.softmax is not None else DEFAULT_FREEZE_STEPS
-    tokenize = config.tokenize if config.tokenize is not None else start.tokenize
-    config = replace(config, model=start.bilm.config, freeze_bilm_steps=freeze,
-                     tokenize=None if tokenize == "whitespace" else tokenize)  # given: over the source's
-    return start, config, start.vocab if start.vocab is not None else vocab
 
 
 class Trainer:
@@ -119,41 +52,40 @@ class Trainer:
                  device: str | None = None, progress: bool = True, given: dict | None = None) -> None:
         """``given``: the settings the user gave for this run (None where not given), applied over a resumed
         checkpoint's own by ``TrainConfig.resumed``; without it, only ``config``'s stopping limits are."""
-        self.env = Distributed.from_env()
-        self.device = torch.device(device or (f"cuda:{self.env.local_rank}" if torch.cuda.is_available() else "cpu"))
-        if self.env.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        self._join_processes(device)
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         self._checked_unknown = False
-        if resume and init_from:
-            raise UsageError("give --resume (continue a run exactly) or --init-from (start a new run from its "
-                             "weights), not both")
-        _check_out_dir_is_free(self.out_dir, resume)
-        checkpoint = load_checkpoint(resume) if resume else None
-        start = None
-        if resume and checkpoint.optimizer is None:
-            raise UsageError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
-                             f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
-        if resume:
-            saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
-            config = saved.resumed(given if given is not None else
-                                   {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
-            _check_same_vocabulary(vocab, checkpoint.vocab, checkpoint.path)
-            vocab, config = checkpoint.vocab, config.replace(model=checkpoint.bilm.config)
-        elif init_from:
-            start, config, vocab = _start_from(init_from, config, vocab, self.env)
-        elif config.freeze_bilm_steps and self.env.main:
-            warnings.warn(f"freeze_bilm_steps {config.freeze_bilm_steps} without --init-from: the first batches train "
-                          f"only the softmax over a randomly initialised biLM")
-        config = config.replace(freeze_bilm_steps=config.freeze_bilm_steps or 0)  # None: 0 unless adapted, above
+        checkpoint, start, config, vocab = settle_run(config, vocab, self.out_dir, resume, init_from, given, self.env)
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)
         if vocab is None:
             raise UsageError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
         self.config, self.vocab = config, vocab
         torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank, and so do the negatives
+        self._build_model(checkpoint, start)
+        self.optimizer = self._make_optimizer()
+        # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
+        self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
+        self._open_streams(files, tokenizer)
+        self.states = self.model.zero_states(config.batch_size, self.device)
+        self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
+        self.bad_steps = 0  # consecutive batches skipped for a non-finite loss
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        self.ddp = self._wrap_for_processes()
 
-        self.model = LanguageModel.from_config(config.model, len(vocab), dropout=config.dropout)
+    # ---- setup ------------------------------------------------------------------------------------------------
+    def _join_processes(self, device: str | None) -> None:
+        """This process's rank and device; under torchrun, the process group it joins."""
+        self.env = Distributed.from_env()
+        self.device = torch.device(device or (f"cuda:{self.env.local_rank}" if torch.cuda.is_available() else "cpu"))
+        if self.env.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+
+    def _build_model(self, checkpoint: Checkpoint | None, start: StartingWeights | None) -> None:
+        """The language model, its weights from the checkpoint or the starting weights (else random), on the device."""
+        config = self.config
+        self.model = LanguageModel.from_config(config.model, len(self.vocab), dropout=config.dropout)
         # how the training text is split: every checkpoint's config.json names it (save_model), and so every model
         # loaded from this run splits raw text the same way
         self.model.bilm.tokenizer_name = None if config.tokenize == "whitespace" else config.tokenize
@@ -165,30 +97,28 @@ class Trainer:
             if start.softmax is not None:
                 load_state_strict(self.model.softmax, start.softmax, f"{start.source}'s softmax")
         self.model.to(self.device).train()
-        self.optimizer = self._make_optimizer()
-        # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
-        self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
 
+    def _open_streams(self, files: Sequence[str | Path], tokenizer: Callable[[str], list[str]]) -> None:
+        """This rank's rows of the global batch, and one batcher per direction reading them from the files."""
+        config = self.config
         self.global_rows = config.batch_size * self.env.world  # the global batch
         self.rows = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)  # this rank's
         files = expand_files(files)
         self.files = [str(f) for f in files]
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
-                                     chunk_size=config.chunk_size), vocab, self.global_rows, config.unroll_steps,
+                                     chunk_size=config.chunk_size), self.vocab, self.global_rows, config.unroll_steps,
                       self.rows, reverse=bool(direction), width=config.model.char_cnn.max_characters_per_token)
             for direction in (0, 1)
         ]
-        self.states = self.model.zero_states(config.batch_size, self.device)
-        self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
-        self.bad_steps = 0  # consecutive batches skipped for a non-finite loss
-        if resume:
-            self._restore(checkpoint)
-        self.ddp = (torch.nn.parallel.DistributedDataParallel(  # a frozen biLM's weights get no gradient
-            self.model, device_ids=None, find_unused_parameters=self.step < config.freeze_bilm_steps)
-                    if self.env.world > 1 else None)
 
-    # ---- setup ------------------------------------------------------------------------------------------------
+    def _wrap_for_processes(self) -> torch.nn.parallel.DistributedDataParallel | None:
+        """The model wrapped for DDP when several processes train (None for one)."""
+        if self.env.world <= 1:
+            return None
+        return torch.nn.parallel.DistributedDataParallel(  # a frozen biLM's weights get no gradient
+            self.model, device_ids=None, find_unused_parameters=self.step < self.config.freeze_bilm_steps)
+
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.config.optimizer == "adam":

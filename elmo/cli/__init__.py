@@ -1,0 +1,90 @@
+"""``elmo``: the command line, a thin layer over the library.
+
+Exit codes: 0 success; 1 a runtime error (a bad input file, a missing model ...); 2 a usage error (argparse's own,
+or options that do not go together); 130 interrupted. The library's own errors (:class:`elmo.errors.ElmoError`) and
+file-system errors (a missing file, no permission, a full disk) end in one line on stderr,
+``elmo <command>: error: <message>``; anything else is a bug in elmo and keeps its traceback (``--debug`` shows the
+traceback for every error). ``-`` names standard input, or standard output, where the format allows it.
+
+Each command group registers its own commands (``add_commands``): :mod:`elmo.cli.embed` (embed, show, convert,
+info), :mod:`elmo.cli.train` (vocab, train, perplexity, baselines, score, substitutes, export,
+dump-token-embeddings), :mod:`elmo.cli.context` (similar, plot), :mod:`elmo.cli.tasks` (task) and
+:mod:`elmo.cli.probes` (probe); :mod:`elmo.cli.common`, :mod:`elmo.cli.stdio` and :mod:`elmo.cli.messages` hold
+what they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from elmo import __version__
+from elmo.cli import context, embed, probes, tasks, train
+from elmo.cli.common import STDIO, CommandLineError, add_global_flags, check_usage
+from elmo.cli.messages import configure_logging, one_line, show_warning, users_to_fix
+from elmo.cli.stdio import Stdio
+from elmo.devices import check_device
+
+__all__ = ["STDIO", "CommandLineError", "build_parser", "configure_logging", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``elmo`` argument parser: every command, its arguments and their help."""
+    parser = argparse.ArgumentParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.",
+                                     epilog="exit codes: 0 done, 1 error (one line; --debug for the traceback), "
+                                            "2 usage error, 130 interrupted")
+    parser.add_argument("--version", action="version", version=f"elmo {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (embed, train, context, tasks, probes):  # the order of `elmo --help`
+        group.add_commands(sub)
+    add_global_flags(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``elmo`` command line; returns the exit code (0 done, 1 error, 2 usage error, 130 interrupted).
+
+    A bug (any error that is not ours or the file system's) is raised, so Python prints its traceback and exits 1.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version (0) or a usage error (2, already printed): a code, as for others
+        return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
+    configure_logging(quiet=getattr(args, "quiet", False), debug=args.debug)
+    args.stdio = Stdio()
+    try:
+        return _run(args, args.leaf_parser.prog)
+    finally:
+        args.stdio.close()
+
+
+def _run(args: argparse.Namespace, command: str) -> int:
+    """Check the options and run the command; what went wrong becomes an exit code and at most one line."""
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning
+            check_usage(args, command, args.leaf_parser)
+            if getattr(args, "cuda_device", None) is not None:  # allennlp elmo's --cuda-device N
+                args.device = "cpu" if args.cuda_device < 0 else f"cuda:{args.cuda_device}"
+            check_device(getattr(args, "device", None), "--device")
+            args.func(args)
+    except BrokenPipeError:  # `elmo show ... | head`: the reader left; nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit has somewhere to go
+        return 0
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
+    except CommandLineError as err:
+        if args.debug:
+            raise
+        print(f"{command}: error: {args.stdio.display(one_line(err))}", file=sys.stderr)
+        return 2
+    except Exception as err:
+        if args.debug or not users_to_fix(err):
+            raise  # a bug in elmo (or --debug): the whole traceback
+        print(f"{command}: error: {args.stdio.display(one_line(err))}", file=sys.stderr)
+        return 1
+    return 0

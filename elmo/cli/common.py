@@ -1,0 +1,135 @@
+"""The pieces the commands share: the model arguments, argparse types, the checks argparse cannot express, and the
+global ``--debug`` flag."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import torch
+
+from elmo.data.vocab import SPECIALS
+from elmo.errors import UsageError
+from elmo.io.load import load_bilm
+
+STDIO = "-"  # the name that means standard input (an input) or standard output (an output)
+
+
+class CommandLineError(UsageError):
+    """Options that do not go together, or a value the command cannot take: exit code 2, as argparse's errors."""
+
+
+# ---- arguments ---------------------------------------------------------------------------------------------------
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """``--model``, or the official ``--options`` + ``--weights`` pair."""
+    group = parser.add_argument_group("model (a model directory, or the official options + weights pair)")
+    group.add_argument("--model", help="a name (en, ko: shipped; small, medium, original, original-5.5b: "
+                                       "official, downloaded once), our model directory (config.json + "
+                                       "model.safetensors), or a folder holding options.json and one .hdf5; "
+                                       "default: en")
+    group.add_argument("--options", "--options-file", help="official options.json")
+    group.add_argument("--weights", "--weight-file", help="official weights .hdf5")
+
+
+def load_model(args: argparse.Namespace, stateful: bool = False):
+    """The biLM that the model arguments name."""
+    return load_bilm(args.model, args.options, args.weights, stateful=stateful)
+
+
+def sentences(source) -> Iterator[list[str]]:
+    """Every sentence of a :class:`elmo.data.corpus.SentenceSource`, chunk by chunk."""
+    while (chunk := source.next_chunk()) is not None:
+        yield from chunk
+
+
+# ---- argparse types ----------------------------------------------------------------------------------------------
+
+def count(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a batch size, a number of steps, of neighbours ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def vocabulary_size(text: str) -> int:
+    """An argparse type: a vocabulary size with room for a word beside the specials (<S>, </S>, <UNK>)."""
+    value = count(text)
+    if value <= len(SPECIALS):
+        raise argparse.ArgumentTypeError(f"{value} leaves no room for words beside the {len(SPECIALS)} special "
+                                         f"tokens: give at least {len(SPECIALS) + 1}")
+    return value
+
+
+def layer(text: str) -> str:
+    """An argparse type: ``top`` or a layer number (0 = the token layer); whether the model has it is checked later."""
+    if text == "top" or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"give 'top' or a layer number from 0 to the model's top layer (0: the "
+                                     f"token layer), got {text!r}")
+
+
+# ---- the global flag ---------------------------------------------------------------------------------------------
+
+def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """The parsers that run a command (``elmo embed``, ``elmo vocab build`` ...), depth first."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        yield parser
+    for action in subparsers:
+        for child in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+            yield from leaf_parsers(child)
+
+
+def add_global_flags(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` before or after the command; each command's parser knows itself (for its name in messages)."""
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback for every error, and debug messages")
+    for leaf in leaf_parsers(parser):
+        leaf.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        leaf.set_defaults(leaf_parser=leaf)
+
+
+# ---- checks argparse cannot express ------------------------------------------------------------------------------
+
+# where "-" is standard input or output, by command: (dest, ...); other file arguments refuse it
+_STDIO_ARGS = {"elmo embed": ("input", "output"), "elmo vocab build": ("files", "output"),
+               "elmo perplexity": ("files",), "elmo baselines": ("train", "eval"), "elmo train": ("files",),
+               "elmo task predict": ("input",), "elmo probe word2vec": ("files", "out"),
+               "elmo similar": ("sentences",), "elmo plot": ("sentences", "out")}
+# arguments that are text or a choice, never a file: "-" is theirs to judge
+_TEXT_ARGS = {"sentence", "word", "query", "title", "layer", "device", "tokenize", "format", "to", "task", "errors",
+              "config"}
+_TEXT_ARGS_BY_COMMAND = {"elmo score": ("sentences",), "elmo task train": ("input",)}
+
+
+def _check_stdio_names(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
+    """Refuse ``-`` for a file argument whose command cannot read it from standard input or write it to
+    standard output (it would otherwise be taken as a file named ``-``)."""
+    skip = {*_STDIO_ARGS.get(command, ()), *_TEXT_ARGS, *_TEXT_ARGS_BY_COMMAND.get(command, ())}
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if action.dest not in skip and STDIO in values:
+            name = "/".join(action.option_strings) or action.dest.upper()
+            raise CommandLineError(f"{name}: - (standard input or output) is not accepted here; give a file name")
+
+
+def check_usage(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
+    """Option combinations argparse cannot express; a mistake here is a usage error (exit code 2)."""
+    _check_stdio_names(args, command, parser)
+    if (device := getattr(args, "device", None)) is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError):
+            raise CommandLineError(f"--device {device}: not a device name (cpu, cuda, cuda:1, mps)") from None
+    if hasattr(args, "options") and hasattr(args, "weights"):
+        if getattr(args, "model", None) is not None and (args.options or args.weights):
+            raise CommandLineError("give either --model or --options and --weights, not both")
+        if bool(args.options) != bool(args.weights):
+            given, missing = ("--options", "--weights") if args.options else ("--weights", "--options")
+            raise CommandLineError(f"{given} needs {missing} too (the official pair), or give --model instead")

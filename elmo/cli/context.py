@@ -1,0 +1,77 @@
+"""``elmo similar`` and ``plot``: a word's vectors across the sentences it occurs in."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elmo.cli.common import STDIO, CommandLineError, add_model_args, count, layer
+from elmo.context import nearest, occurrences, plot_word, read_labelled_sentences, separation_report
+from elmo.embed import Embedder
+from elmo.errors import UsageError
+
+
+def _word_occurrences(args: argparse.Namespace):
+    """The sentences, the word's occurrences in them (with their vectors) and the embedder."""
+    sentences, labels = read_labelled_sentences(args.stdio.input(args.sentences))
+    embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
+    found = occurrences(embedder, args.word, sentences, labels)
+    if not found:
+        raise UsageError(f"{args.sentences}: {args.word!r} does not occur in any of its {len(sentences)} sentences")
+    return sentences, found, embedder
+
+
+def cmd_similar(args: argparse.Namespace) -> None:
+    index = -1 if args.layer == "top" else int(args.layer) if args.layer.isdigit() else None
+    sentences, found, embedder = _word_occurrences(args)
+    n_layers = found[0].vectors.shape[0]
+    if index is None or index >= n_layers:
+        raise CommandLineError(f"--layer {args.layer}: give 'top' or a layer number from 0 to {n_layers - 1} "
+                               f"(this model's layers)")
+    if args.query:
+        queries = occurrences(embedder, args.word, [args.query], ["query"])
+        if not queries:
+            raise CommandLineError(f"--query: {args.word!r} does not occur in {args.query!r}")
+    else:
+        queries = found
+    for query in queries:
+        text = args.query if args.query else sentences[query.sentence]
+        print(f"[{query.label}] {text}")
+        for similarity, other in nearest(query, found, index, args.k):
+            print(f"    {similarity:+.3f}  [{other.label}] {sentences[other.sentence]}")
+    if report := separation_report(found):
+        print("\nhow each layer groups the occurrences by label (mean cosine within and across labels; triplets: "
+              "share of (anchor, same label, other label) triples where the same-label one is closer; 1-NN: "
+              "nearest-neighbour accuracy):")
+        print("\n".join(report))
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    if args.out == STDIO:
+        raise CommandLineError("--out: cannot tell the image format from '-' (standard output); give a file name "
+                               "ending in .png, .svg or .pdf")
+    _, found, _ = _word_occurrences(args)
+    out = plot_word(found, args.word, args.out, title=args.title)
+    print(f"wrote {out} ({len(found)} occurrences)", file=sys.stderr)
+
+
+def add_commands(sub) -> None:
+    """``similar`` and ``plot`` under ``sub``."""
+    for name, help_text in (("similar", "the nearest contexts of a word across a set of sentences (cosine)"),
+                            ("plot", "2-D PCA of a word's vectors at each layer, one panel per layer")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("word", help="the word whose occurrences to compare, as written in the sentences")
+        p.add_argument("--sentences", required=True,
+                       help="UTF-8 text, one sentence per line, or label<TAB>sentence to label the points; - reads "
+                            "standard input")
+        add_model_args(p)
+        p.set_defaults(func=cmd_similar if name == "similar" else cmd_plot)
+        if name == "similar":
+            p.add_argument("--query", help="a sentence holding the word: rank the file's occurrences against it")
+            p.add_argument("--layer", default="top", type=layer,
+                           help="top (default) or a layer number (0 = token layer)")
+            p.add_argument("-k", type=count, default=3, help="neighbours to show (default 3)")
+        else:
+            p.add_argument("--out", required=True, help="image to write (png, svg, pdf)")
+            p.add_argument("--title", help="the word as shown in the panel titles (e.g. romanised, when no font "
+                                           "for its script is installed)")

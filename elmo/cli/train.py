@@ -1,0 +1,260 @@
+"""``elmo vocab``, ``train``, ``perplexity``, ``baselines``, ``score``, ``substitutes``, ``export`` and
+``dump-token-embeddings``: pretraining a biLM and reading its language models."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import warnings
+from dataclasses import fields
+
+from elmo.cli.common import STDIO, CommandLineError, add_model_args, count, load_model, sentences, vocabulary_size
+from elmo.cli.stdio import written_to
+from elmo.data.corpus import SentenceSource, expand_files
+from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
+from elmo.errors import UsageError
+from elmo.io.checkpoint import recorded_tokenizer
+from elmo.training.checkpoint import load_language_model
+from elmo.text.tokenize import get_tokenizer
+from elmo.training.baselines import baseline_perplexities_of_sets
+from elmo.training.config import TrainConfig
+from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
+from elmo.training.export import dump_token_embeddings, export_checkpoint
+from elmo.training.lm import LanguageModel
+from elmo.training.trainer import Trainer
+
+
+def cmd_vocab_build(args: argparse.Namespace) -> None:
+    files = expand_files(args.stdio.inputs(args.files))
+    source = SentenceSource(files, get_tokenizer(args.tokenize), shuffle=False, loop=False)
+    vocab = Vocabulary.build(sentences(source), min_count=args.min_count, max_size=args.max_size)
+    if len(vocab) <= len(SPECIALS):
+        raise UsageError(f"no words found in {', '.join(args.files)} (with --min-count {args.min_count}): "
+                         f"nothing to write")
+    with args.stdio.output(args.output) as output:
+        vocab.save(output)
+    print(f"wrote {len(vocab)} words to {written_to(args.output)}", file=sys.stderr)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    if STDIO in args.files:
+        raise CommandLineError("training reads its text on every pass and again on --resume: give file names, "
+                               "not - (standard input)")
+    if args.resume and args.init_from:
+        raise CommandLineError("give either --resume (go on with a run) or --init-from (start a new run from "
+                               "weights), not both")
+    config, given = _train_settings(args)
+    vocab = Vocabulary.load(args.vocab) if args.vocab else None
+    if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # settings checked above, once
+        _relaunch_with_torchrun(args.nproc)
+        return
+    trainer = Trainer(config, args.files, args.out, vocab=vocab,
+                      resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet,
+                      given=given)
+    history = trainer.train()
+    if history and trainer.env.main:
+        print(f"step {trainer.step}: loss {history[-1]['loss']:.4f}, checkpoints in {args.out}", file=sys.stderr)
+    elif trainer.env.main and trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
+        print(f"nothing to train: the run is at step {trainer.step} and --max-steps is {trainer.config.max_steps}; "
+              f"give a larger --max-steps (or --max-minutes alone) to go on", file=sys.stderr)
+
+
+def _train_settings(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
+    """The run's settings (the preset or --config, then the flags), checked, and those given on the command line."""
+    flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_size": args.batch_size,
+             "seed": args.seed, "checkpoint_every": args.checkpoint_every, "zero_state_share": args.zero_state_share,
+             "freeze_bilm_steps": args.freeze_bilm_steps}
+    # whitespace-split text is the default (None), but a new run from a model's weights takes that model's tokenizer
+    # unless one is given, so there "whitespace" stays said
+    tokenize = "whitespace" if args.tokenize == "none" else args.tokenize
+    flags["tokenize"] = None if tokenize == "whitespace" and not args.init_from else tokenize
+    loaded = TrainConfig.load(args.config or "tiny")
+    config = loaded.replace(**flags)
+    config.check("command line")
+    # a resumed run keeps its checkpoint's settings; those given now (a --config file counts as given) are
+    # checked against it: run length and checkpointing may change, the rest must match
+    given = ({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {}) | flags
+    return config, given
+
+
+def _relaunch_with_torchrun(nproc: int) -> None:
+    """Run this command line again under torchrun, ``nproc`` processes on this machine."""
+    argv, skip = [], False  # drop --nproc: torchrun would read it as its own (abbreviated) option
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            argv.append(arg)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "elmo", *argv]
+    raise SystemExit(subprocess.call(command))
+
+
+def cmd_perplexity(args: argparse.Namespace) -> None:
+    bilm, softmax, vocab = load_language_model(args.model)
+    model = LanguageModel(bilm, softmax).to(args.device)
+    tokenizer = get_tokenizer(args.tokenize or recorded_tokenizer(args.model))  # as the model's text was split
+    files = args.stdio.inputs(args.files)
+    if args.zero_state:
+        result = zero_state_perplexity(model, vocab, files, tokenizer, max_sentences=args.max_sentences,
+                                       progress=not args.quiet)
+    else:
+        result = perplexity(model, vocab, files, tokenizer, batch_size=args.batch_size,
+                            max_sentences=args.max_sentences, progress=not args.quiet)
+    share = result.unknown / result.tokens
+    print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
+          f"mean {result.mean:.2f}  unknown {100 * share:.1f}%")
+    if share > UNKNOWN_SHARE_WARNING:
+        warnings.warn(f"{100 * share:.0f}% of the tokens are not in the model's vocabulary (they count as <UNK>, "
+                      f"which flatters the perplexity): is the text split as the training text was (--tokenize)?")
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    bilm, softmax, vocab = load_language_model(args.model)
+    split = [s.split() for s in args.sentences]
+    for text, (forward, backward) in zip(args.sentences, score(bilm, softmax, vocab, split)):
+        print(f"{forward:10.3f} {backward:10.3f}  {text}")
+
+
+def cmd_substitutes(args: argparse.Namespace) -> None:
+    tokens = args.sentence.split()
+    if not 0 <= args.position < len(tokens):  # a mistake in the command line: say so before loading the model
+        raise CommandLineError(f"position {args.position} is outside the sentence (0..{len(tokens) - 1}: "
+                               f"{len(tokens)} whitespace-separated tokens)")
+    bilm, softmax, vocab = load_language_model(args.model)
+    result = substitutes(bilm, softmax, vocab, tokens, args.position, args.k)
+    print(f"position {args.position}: {tokens[args.position]!r}")
+    for name, words in result.items():
+        print(f"{name:<9} " + "  ".join(f"{w} {p:.3f}" for w, p in words))
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    print(f"wrote {export_checkpoint(args.checkpoint, args.output)}", file=sys.stderr)
+
+
+def cmd_dump_token_embeddings(args: argparse.Namespace) -> None:
+    n = dump_token_embeddings(load_model(args), args.vocab, args.output)
+    print(f"wrote {n} token vectors to {args.output}", file=sys.stderr)
+
+
+def cmd_baselines(args: argparse.Namespace) -> None:
+    tokenizer = get_tokenizer(args.tokenize)
+    read = lambda files: list(sentences(SentenceSource(expand_files(args.stdio.inputs(files)), tokenizer,
+                                                       shuffle=False, loop=False)))
+    vocab = Vocabulary.load(args.vocab)
+    sets = [read([name]) for name in args.eval]  # read first: a bad held-out file fails before the long counting
+    for name, evaluate in zip(args.eval, sets):
+        if not any(evaluate):
+            raise UsageError(f"{name}: no words to evaluate (empty or blank text)")
+    train = read(args.train)
+    if not any(train):
+        raise UsageError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
+    for name, results in zip(args.eval, baseline_perplexities_of_sets(vocab, train, sets)):
+        for result in results:
+            print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "
+                  f"mean {result.mean:9.2f}")
+
+
+# ---- the parsers ---------------------------------------------------------------------------------------------------
+
+def add_commands(sub) -> None:
+    """``vocab build``, ``train``, ``perplexity``, ``baselines``, ``score``, ``substitutes``, ``export`` and
+    ``dump-token-embeddings`` under ``sub``."""
+    p = sub.add_parser("vocab", help="vocabulary files")
+    vsub = p.add_subparsers(dest="vocab_command", required=True)
+    p = vsub.add_parser("build", help="build a bilm-tf vocabulary (<S>, </S>, <UNK>, then by frequency)")
+    p.add_argument("files", nargs="+", help="text files or globs (plain or .gz), one sentence per line; - reads "
+                                            "standard input")
+    p.add_argument("-o", "--output", required=True, help="vocabulary file to write; - writes standard output")
+    p.add_argument("--min-count", type=count, default=1)
+    p.add_argument("--max-size", type=vocabulary_size, default=None,
+                   help="at most this many words, the 3 specials (<S>, </S>, <UNK>) included")
+    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
+    p.set_defaults(func=cmd_vocab_build)
+    _add_train(sub)
+    _add_language_model_commands(sub)
+    _add_export_commands(sub)
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="pretrain a biLM on your text (bilm-tf's recipe)")
+    p.add_argument("files", nargs="*", help="training text files or globs (plain or .gz), one sentence per line")
+    p.add_argument("--config", default=None, help="preset (tiny, small-cpu, ship-cpu, small, medium, original) or TOML/JSON "
+                                                  "(default: tiny; a resumed run keeps its checkpoint's)")
+    p.add_argument("--vocab", help="vocabulary file (from `elmo vocab build`)")
+    p.add_argument("--out", required=True, help="run directory: checkpoints and metrics.jsonl")
+    p.add_argument("--resume", help="continue exactly from a checkpoint (or the newest in a run directory)")
+    p.add_argument("--init-from", help="start a new run from these weights: a checkpoint, run or exported folder "
+                                       "(its softmax and vocabulary too), or any biLM without a softmax (en, ko, "
+                                       "original, a model folder, options.json + .hdf5): then give --vocab")
+    p.add_argument("--freeze-bilm-steps", type=int,
+                   help="first batches that train only the softmax (default 1000 for a new softmax over --init-from "
+                        "weights, else 0)")
+    p.add_argument("--max-steps", type=count)
+    p.add_argument("--max-minutes", type=float)
+    p.add_argument("--batch-size", type=count, help="rows per process")
+    p.add_argument("--checkpoint-every", type=count)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--zero-state-share", type=float,
+                   help="of the rows whose window begins a sentence, the share started from zeros, as inference "
+                        "starts every sentence (default 1; 0: bilm-tf's way); may change on --resume")
+    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with "
+                                                    "the model, kept on resume and --init-from, used by embed, show "
+                                                    "and perplexity")
+    p.add_argument("--nproc", type=int, default=0, help="processes on this machine (runs torchrun)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+
+def _add_language_model_commands(sub) -> None:
+    p = sub.add_parser("perplexity", help="full-softmax perplexity of a trained LM on text")
+    p.add_argument("model", help="checkpoint, run directory or exported LM directory")
+    p.add_argument("files", nargs="+", help="text files or globs (plain or .gz), one sentence per line; - reads "
+                                            "standard input")
+    p.add_argument("--batch-size", type=count, default=64,
+                   help="rows; each reads its sentences as one stream, state carried from sentence to sentence (as "
+                        "bilm-tf evaluates), so the figure moves a little with it (compare runs at the same value)")
+    p.add_argument("--zero-state", action="store_true",
+                   help="read every sentence on its own from the zero state, as embedding does (--batch-size unused)")
+    p.add_argument("--max-sentences", type=count)
+    p.add_argument("--tokenize", default=None, help="default: the tokenizer the model was trained with")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_perplexity)
+
+    p = sub.add_parser("baselines", help="unigram and Kneser-Ney trigram perplexities with a biLM's vocabulary")
+    p.add_argument("vocab", help="the biLM's vocabulary file (from `elmo vocab build`)")
+    p.add_argument("--train", nargs="+", required=True, help="the training text")
+    p.add_argument("--eval", nargs="+", required=True, help="held-out files, each scored separately")
+    p.add_argument("--tokenize", default=None)
+    p.set_defaults(func=cmd_baselines)
+
+    p = sub.add_parser("score", help="log-probability of sentences under the forward and backward LMs")
+    p.add_argument("model", help="checkpoint, run directory or exported LM directory")
+    p.add_argument("sentences", nargs="+", help="whitespace-tokenised sentences, each in quotes")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("substitutes", help="the words the LMs expect at a position")
+    p.add_argument("model", help="checkpoint, run directory or exported LM directory")
+    p.add_argument("sentence", help="a whitespace-tokenised sentence, in quotes")
+    p.add_argument("position", type=int, help="0-based token position")
+    p.add_argument("-k", type=count, default=10)
+    p.set_defaults(func=cmd_substitutes)
+
+
+def _add_export_commands(sub) -> None:
+    p = sub.add_parser("export", help="a checkpoint -> official options.json + weights.hdf5 and our format")
+    p.add_argument("checkpoint", help="a checkpoint or a run directory (its newest checkpoint)")
+    p.add_argument("output", help="directory to write")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("dump-token-embeddings", help="bilm-tf's token-embedding cache for a vocabulary")
+    p.add_argument("vocab", help="vocabulary file, one word per line")
+    p.add_argument("output", help="HDF5 file to write")
+    add_model_args(p)
+    p.set_defaults(func=cmd_dump_token_embeddings)

@@ -1,0 +1,133 @@
+"""How a training run starts: new, resumed from a checkpoint (``--resume``), or new from weights (``--init-from``).
+
+:func:`settle_run` applies the policy: the run directory must be free (or hold the run being resumed, at its newest
+checkpoint), a resumed run keeps its checkpoint's settings and vocabulary (those given now are checked against them),
+and a run from weights takes the source's model sizes, tokenizer and vocabulary.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch.distributed as dist
+
+from elmo import pretrained
+from elmo.data.vocab import Vocabulary
+from elmo.errors import UsageError
+from elmo.io.checkpoint import list_checkpoints, resolve_checkpoint
+from elmo.training.checkpoint import Checkpoint, load_checkpoint
+from elmo.training.config import TrainConfig
+from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
+
+
+@dataclass
+class Distributed:
+    """This process's place among the training processes (torchrun's environment; one process without it)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Distributed":
+        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                   int(os.environ.get("LOCAL_RANK", 0)))
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, resume: str | Path | None,
+               init_from: str | Path | None, given: dict | None, env: Distributed
+               ) -> tuple[Checkpoint | None, StartingWeights | None, TrainConfig, Vocabulary | None]:
+    """The checkpoint to resume (or None), the weights to start from (or None), and the run's config and
+    vocabulary (None when neither the caller nor a source gives one)."""
+    if resume and init_from:
+        raise UsageError("give --resume (continue a run exactly) or --init-from (start a new run from its "
+                         "weights), not both")
+    check_out_dir_is_free(out_dir, resume)
+    checkpoint = load_resumable(resume) if resume else None
+    start = None
+    if checkpoint is not None:
+        config, vocab = resumed_settings(checkpoint, config, vocab, given)
+    elif init_from:
+        start, config, vocab = start_from(init_from, config, vocab, env)
+    elif config.freeze_bilm_steps and env.main:
+        warnings.warn(f"freeze_bilm_steps {config.freeze_bilm_steps} without --init-from: the first batches train "
+                      f"only the softmax over a randomly initialised biLM")
+    config = config.replace(freeze_bilm_steps=config.freeze_bilm_steps or 0)  # None: 0 unless adapted, above
+    return checkpoint, start, config, vocab
+
+
+def check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
+    """A new run must not write into another run's directory: pruning would delete the new checkpoints as the
+    oldest, and a later --resume would pick up the old run."""
+    existing = list_checkpoints(out_dir)
+    if not existing:
+        return
+    chosen = resolve_checkpoint(resume).resolve() if resume is not None else None
+    if chosen is not None and chosen.parent == out_dir.resolve():
+        if chosen != existing[-1].resolve():  # going back: "newest" would soon mean the abandoned branch
+            raise UsageError(f"{out_dir} has checkpoints newer than {chosen.name} (up to {existing[-1].name}): "
+                             f"resume into a new folder (--out NEW --resume {chosen}), or move the newer ones away")
+        return
+    raise UsageError(f"{out_dir} already holds a run (checkpoints up to {existing[-1].name}): pass --resume {out_dir} "
+                     "to continue that run, or choose a new --out")
+
+
+def check_same_vocabulary(given: Vocabulary | None, own: Vocabulary, source: str | Path) -> None:
+    """A run from a model with a softmax keeps that softmax's vocabulary: a different --vocab is a mistake."""
+    if given is not None and given.words != own.words:
+        raise UsageError(f"the vocabulary given differs from {source}'s: a continued or adapted run keeps its own "
+                         f"(the softmax rows belong to its words); leave out --vocab")
+
+
+def load_resumable(resume: str | Path) -> Checkpoint:
+    """The checkpoint to resume; it must hold the optimizer state, or the run could not go on exactly."""
+    checkpoint = load_checkpoint(resume)
+    if checkpoint.optimizer is None:
+        raise UsageError(f"{checkpoint.path} has no optimizer state (optimizer.safetensors): it cannot be resumed "
+                         f"exactly; start a new run from its weights with --init-from {checkpoint.path}")
+    return checkpoint
+
+
+def resumed_settings(checkpoint: Checkpoint, config: TrainConfig, vocab: Vocabulary | None,
+                     given: dict | None) -> tuple[TrainConfig, Vocabulary]:
+    """A resumed run's config and vocabulary: the checkpoint's, with the settings given now applied over them by
+    ``TrainConfig.resumed`` (without ``given``, only ``config``'s stopping limits)."""
+    saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
+    config = saved.resumed(given if given is not None else
+                           {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
+    check_same_vocabulary(vocab, checkpoint.vocab, checkpoint.path)
+    return config.replace(model=checkpoint.bilm.config), checkpoint.vocab
+
+
+def start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None,
+               env: Distributed) -> tuple[StartingWeights, TrainConfig, Vocabulary]:
+    """The weights a new run starts from, and its config and vocabulary: the source's model sizes, the tokenizer its
+    text was split with (unless one is given), its vocabulary if it has a softmax (else the one given), and, for a
+    biLM without a softmax, a frozen start while the new softmax learns."""
+    if vocab is None and not has_softmax(source):  # before loading (or downloading) anything
+        freeze = config.freeze_bilm_steps if config.freeze_bilm_steps is not None else DEFAULT_FREEZE_STEPS
+        raise UsageError(f"{source} is a biLM without a softmax: give the words of the new softmax with --vocab "
+                         f"(build them from your text with `elmo vocab build`, with the --tokenize the model was "
+                         f"trained with); the biLM then stays frozen for the first {freeze} batches "
+                         f"(--freeze-bilm-steps) while the softmax learns")
+    if env.world > 1 and pretrained.is_model_name(str(source)):  # one download, then every rank reads the cache
+        if env.main:
+            pretrained.resolve(str(source))
+        dist.barrier()
+    start = starting_weights(source)
+    if start.vocab is not None:
+        check_same_vocabulary(vocab, start.vocab, source)
+    freeze = config.freeze_bilm_steps
+    if freeze is None:
+        freeze = 0 if start.softmax is not None else DEFAULT_FREEZE_STEPS
+    tokenize = config.tokenize if config.tokenize is not None else start.tokenize
+    config = replace(config, model=start.bilm.config, freeze_bilm_steps=freeze,
+                     tokenize=None if tokenize == "whitespace" else tokenize)  # given: over the source's
+    return start, config, start.vocab if start.vocab is not None else vocab
