@@ -1,17 +1,16 @@
 """Batching for inference: sentences grouped by length under a token budget, one forward pass per group, and
-the layer reading each caller asks for. ``Embedder`` and ``embed_file`` share it, so both give the same numbers."""
+the layer reading each caller asks for (``elmo.model.mix.select_layers``). ``Embedder`` and ``embed_file`` share it, so both give the same numbers."""
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence, Union
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from elmo.data.chars import batch_to_ids
 from elmo.model.bilm import BiLM, remove_sentence_boundaries
-
-Layers = Union[str, int]
+from elmo.model.mix import Layers, select_layers
 
 
 def length_batches(lengths: Sequence[int], max_batch_size: int, max_tokens: int) -> Iterator[list[int]]:
@@ -53,16 +52,3 @@ def run_batch(bilm: BiLM, batch: Sequence[Sequence[str]], layers: Layers = "all"
         # a compact copy that owns its memory, not a view that would keep the whole batch's buffer alive
         arrays.append(np.array(vectors.float().cpu().numpy(), copy=True))  # (..., n, 2P) or pooled (..., 2P)
     return arrays
-
-
-def select_layers(layers: torch.Tensor, which: Layers, mix: torch.Tensor) -> torch.Tensor:
-    """(B, L+1, T, D) -> the requested view: "all" keeps the layer axis, anything else removes it."""
-    if which == "all":
-        return layers
-    if which == "top":
-        return layers[:, -1]
-    if which == "average":
-        return layers.mean(1)
-    if which == "mix":
-        return (layers * mix.view(1, -1, 1, 1)).sum(1)
-    return layers[:, int(which)]

@@ -216,12 +216,10 @@ PRESETS: dict[str, ElmoConfig] = {
     "small": _released(1024, 128, 1),  # 2x1024_128_2048cnn_1xhighway, 13.6 M parameters
     "medium": _released(2048, 256, 1),  # 2x2048_256_2048cnn_1xhighway, 28.0 M parameters
     "original": _released(4096, 512, 2),  # 2x4096_512_2048cnn_2xhighway, 93.6 M parameters
-    # the AllenNLP test fixture's size: for tests, 0.1 M parameters
-    "tiny": ElmoConfig(
-        CharCNNConfig(embedding_dim=4, filters=((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)), n_highway=2),
-        LSTMConfig(dim=64, projection_dim=16),
-    ),
-}
+    # for tests and smoke runs: the model of `elmo train --config tiny`
+    "tiny": ElmoConfig(CharCNNConfig(filters=((1, 32), (2, 32), (3, 64), (4, 128)), n_highway=1),
+                       LSTMConfig(dim=256, projection_dim=64)),
+}  # a name means one model: the training presets of these names (elmo/training/presets/*.toml) build the same
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from elmo.embed_file import embed_file
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.model.bilm import BiLM
+from elmo.model.mix import check_layers, scalar_weights
 from elmo.text.tokenize import get_tokenizer
 
 Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
@@ -74,7 +75,7 @@ class Embedder:
         weights = torch.zeros(n) if mix_weights is None else torch.tensor(list(mix_weights), dtype=torch.float)
         if weights.shape != (n,):
             raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
-        self.mix = gamma * torch.softmax(weights, dim=0)  # (L+1,)
+        self.mix = scalar_weights(weights, gamma)  # (L+1,): ScalarMix's arithmetic, fixed
         self.bilm.set_matmul_precision(precision)  # "bf16": faster on CPUs with bf16 units, vectors about 0.4 % off (BENCHMARKS.md)
         if cache_words is not None:  # token layer precomputed for these words; others go through the CNN
             self.bilm.cache_tokens(cache_words)
@@ -112,7 +113,7 @@ class Embedder:
         an empty sentence pools to zeros). batch_size: rows per forward pass (default ``max_batch_size``; the
         ``max_tokens`` budget still applies, so a batch of long sentences has fewer rows).
         """
-        _check_layers(layers, self.bilm.config.n_output_layers)
+        layers = check_layers(layers, self.bilm.config.n_output_layers)
         if pooling not in (None, "mean", "max"):
             raise UsageError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
         single, token_lists = self._token_lists(sentences, split_into_words)
@@ -141,7 +142,7 @@ class Embedder:
         if pooling not in ("mean", "max"):
             raise UsageError(f"pooling must be 'mean' or 'max' (for token vectors use embed or embed_padded), "
                              f"got {pooling!r}")
-        _check_layers(layers, self.bilm.config.n_output_layers)
+        layers = check_layers(layers, self.bilm.config.n_output_layers)
         single, token_lists = self._token_lists(sentences, split_into_words)
         pooled: list[np.ndarray | None] = [None] * len(token_lists)
         for indices, arrays in self._batched(token_lists, layers, pooling, batch_size, progress):
@@ -164,7 +165,7 @@ class Embedder:
         (TF-Hub's ``elmo`` output and simple_elmo's ``get_elmo_vectors`` give a layer average too). A single
         sentence is a batch of one. Input forms, ``split_into_words`` and ``batch_size``: as in ``embed``.
         """
-        _check_layers(layers, self.bilm.config.n_output_layers)
+        layers = check_layers(layers, self.bilm.config.n_output_layers)
         _, token_lists = self._token_lists(sentences, split_into_words)
         lengths = np.array([len(tokens) for tokens in token_lists], dtype=np.int64)  # (N,)
         longest = int(lengths.max(initial=0))
@@ -285,15 +286,3 @@ class Embedder:
 def _looks_like_words(strings: Sequence[str]) -> bool:
     """Two or more non-empty strings and none with whitespace: could be one tokenised sentence."""
     return sum(1 for s in strings if s) >= 2 and not any(_SPACE.search(s) for s in strings)
-
-
-def _check_layers(layers: Layers, n_layers: int) -> None:
-    if isinstance(layers, np.integer):
-        layers = int(layers)
-    if isinstance(layers, bool):  # an int to Python, but layers=True means nothing
-        raise UsageError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
-    if isinstance(layers, str):
-        if layers not in ("all", "top", "average", "mix"):
-            raise UsageError(f"layers must be 'all', 'top', 'average', 'mix' or an int, got {layers!r}")
-    elif not isinstance(layers, int) or not -n_layers <= layers < n_layers:
-        raise UsageError(f"layers={layers!r}: this model has layers 0..{n_layers - 1}")

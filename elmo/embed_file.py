@@ -15,7 +15,6 @@ when known), ``weights_sha256`` (``weights_sha256()``: a fingerprint of the weig
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import shutil
@@ -36,9 +35,12 @@ from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import NotUtf8Error, TextLineError, count_lines, numbered_lines
 from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
+from elmo.model.fingerprint import weights_sha256
+from elmo.model.mix import check_layers
 from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
 
 OutputLayers = Literal["all", "top", "average"]
+OUTPUT_LAYERS = ("all", "top", "average")  # what an embedding file holds (a layer index or a mix: use Embedder)
 Tokenize = Union[str, Callable[[str], list[str]], None]
 META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
@@ -92,8 +94,7 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     length-sorted and saved at a time. With ``resume=True`` a killed run continues after its last complete
     part (same input and settings required); without it, leftover parts are discarded.
     """
-    if layers not in ("all", "top", "average"):
-        raise UsageError(f"layers must be 'all', 'top' or 'average', got {layers!r}")
+    check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}")
     if Path(input_path).exists() and not Path(input_path).is_file():
@@ -154,18 +155,6 @@ def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], li
     known = {whitespace_tokenize: "whitespace", str.split: "whitespace", english_tokenize: "en",
              korean_tokenize: "ko"}
     return tokenize, known.get(tokenize, getattr(tokenize, "__name__", "custom"))
-
-
-def weights_sha256(bilm: BiLM) -> str:
-    """sha256 over the biLM's state_dict, tensor by tensor in name order (name, dtype, shape, then the bytes):
-    identifies the weights whatever file or format they came from (not a file's sha256: the same weights read from
-    the official HDF5 or from our safetensors give the same value)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(bilm.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes, any dtype (bf16 too)
-    return digest.hexdigest()
 
 
 class PartStore:

@@ -19,6 +19,7 @@ from pathlib import Path
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import DownloadError, cache_dir, fetch, sha256_of
+from elmo.io.model_files import ModelFiles
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"
 DEFAULT_MODEL = "en"
@@ -81,16 +82,17 @@ def is_model_name(name: str | Path) -> bool:
     return isinstance(name, str) and name in known_names() and not Path(name).exists()
 
 
-def resolve(name: str, progress: bool = True) -> dict[str, Path]:
-    """Local files for a model name: ``{"model": dir}`` (shipped) or ``{"options": f, "weights": f}`` (official)."""
+def resolve(name: str, progress: bool = True) -> ModelFiles:
+    """Local files for a model name: a shipped model's folder, or an official pair (downloaded once)."""
     if name in shipped_names():
-        return {"model": SHIPPED_DIR / name}
+        return ModelFiles.of_folder(SHIPPED_DIR / name, name=name)
     if name not in OFFICIAL:
         raise UsageError(unknown_name_message(name))
     entry = OFFICIAL[name]
     folder = cache_dir() / entry.folder
-    return {"options": _fetch_pinned(entry.options_url, entry.options_sha256, folder, progress),
-            "weights": _fetch_pinned(entry.weights_url, entry.weights_sha256, folder, progress)}
+    return ModelFiles(_fetch_pinned(entry.options_url, entry.options_sha256, folder, progress),
+                      _fetch_pinned(entry.weights_url, entry.weights_sha256, folder, progress), name=name,
+                      official=True)
 
 
 def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) -> Path:

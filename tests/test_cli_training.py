@@ -6,7 +6,7 @@ import h5py
 import torch
 
 from elmo.cli import main
-from elmo.io.checkpoint import recorded_tokenizer
+from elmo.io.resolve import recorded_tokenizer
 from tests.conftest import micro_train_config
 
 

@@ -66,3 +66,10 @@ def test_released_presets_have_the_published_parameter_counts():
         model = BiLM.from_config(PRESETS[name])
         count = sum(p.numel() for p in model.parameters()) - 16  # our padding row is not a file parameter
         assert abs(count / 1e6 - millions) < 0.05, (name, count)
+
+
+def test_a_preset_name_means_one_model():
+    from elmo.training.config import TrainConfig
+
+    for name, config in PRESETS.items():
+        assert TrainConfig.load(name).model == config, name

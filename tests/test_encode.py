@@ -10,7 +10,8 @@ import pytest
 
 import elmo.embed
 from elmo.embed import Embedder, Padded
-from elmo.embed_file import InputFileError, embed_file, weights_sha256
+from elmo.embed_file import InputFileError, embed_file
+from elmo.model.fingerprint import weights_sha256
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.official import load_official
 from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config

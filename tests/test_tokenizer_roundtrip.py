@@ -10,7 +10,7 @@ import pytest
 from elmo.cli import main
 from elmo.config import ConfigError, ElmoConfig
 from elmo.embed import Embedder
-from elmo.io.checkpoint import recorded_tokenizer
+from elmo.io.resolve import recorded_tokenizer
 from elmo.io.load import load_bilm
 from elmo.io.native import load_model, save_model
 from elmo.io.official import export_official, load_official

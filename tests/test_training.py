@@ -294,7 +294,7 @@ def test_init_from_a_bilm_without_softmax_learns_a_new_softmax_over_it_first(tex
     """Published ELMo weights hold no softmax: a new run from them needs a vocabulary, and keeps the biLM frozen for
     ``freeze_bilm_steps`` batches while its new softmax learns; then everything trains."""
     from elmo.cli import main
-    from elmo.io.checkpoint import recorded_tokenizer
+    from elmo.io.resolve import recorded_tokenizer
     from elmo.io.native import save_model
 
     train, dev, vocab_file = text_slices

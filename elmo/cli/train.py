@@ -15,7 +15,7 @@ from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import UsageError
-from elmo.io.checkpoint import recorded_tokenizer
+from elmo.io.resolve import resolve
 from elmo.training.checkpoint import load_language_model
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.baselines import baseline_perplexities_of_sets
@@ -95,9 +95,10 @@ def _relaunch_with_torchrun(nproc: int) -> None:
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
-    bilm, softmax, vocab = load_language_model(args.model)
+    files = resolve(args.model)
+    bilm, softmax, vocab = load_language_model(files)
     model = LanguageModel(bilm, softmax).to(args.device)
-    tokenizer = get_tokenizer(args.tokenize or recorded_tokenizer(args.model))  # as the model's text was split
+    tokenizer = get_tokenizer(args.tokenize or files.tokenizer)  # as the model's text was split
     files = args.stdio.inputs(args.files)
     if args.zero_state:
         result = zero_state_perplexity(model, vocab, files, tokenizer, max_sentences=args.max_sentences,

@@ -1,8 +1,8 @@
 """Training checkpoints as the loaders see them: where a run folder keeps its checkpoints, and which is newest.
 
 ``run_dir/step-00001250/`` is a model directory (``config.json`` + ``model.safetensors``, our format) plus the
-training state beside it, so ``load_model``, ``load_bilm`` and ``elmo embed`` read a checkpoint, or a run folder's
-newest one, directly. Writing and reading the whole checkpoint (softmax, vocabulary, optimizer, carried states) is
+training state beside it, so ``elmo.io.resolve`` reads a checkpoint, or a run folder's newest one, as a model.
+Writing and reading the whole checkpoint (softmax, vocabulary, optimizer, carried states) is
 ``elmo.training.checkpoint``'s: this module knows only the layout, so loading a model needs no training code.
 """
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elmo.config import file_tokenizer
-from elmo.io.native import ModelFileError, is_model_dir, model_dir_tokenizer
+from elmo.io.native import ModelFileError
 
 PREFIX = "step-"  # a checkpoint's folder: PREFIX + the step in 8 digits; complete once trainer.json is in it
 
@@ -23,21 +22,6 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
         return []
     return sorted(p for p in run.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
                   and (p / "trainer.json").is_file())
-
-
-def recorded_tokenizer(path: str | Path) -> str | None:
-    """The tokenizer name ("en", "ko" ...) of the model at ``path`` without loading it, read where the loaders read
-    it: a model directory's (or checkpoint's) config.json, a run directory's newest checkpoint, an official folder's
-    options.json. None: whitespace-split text, or no model there."""
-    path = Path(path)
-    if not path.is_dir():
-        return None
-    if not is_model_dir(path) and (found := list_checkpoints(path)):
-        path = found[-1]
-    if is_model_dir(path):
-        return model_dir_tokenizer(path)
-    options = path / "options.json"
-    return file_tokenizer(options) if options.is_file() else None
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

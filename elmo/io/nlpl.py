@@ -39,11 +39,11 @@ def is_nlpl_folder(folder: str | Path) -> bool:
     return (folder / OPTIONS_NAME).is_file() and (folder / WEIGHTS_NAME).is_file()
 
 
-def vocab_words(folder: str | Path, limit: int = CACHE_WORDS) -> list[str] | None:
-    """The first ``limit`` distinct words of the folder's vocab.txt (one per line, most frequent first, as
+def vocab_words(path: str | Path, limit: int = CACHE_WORDS) -> list[str] | None:
+    """The first ``limit`` distinct words of an NLPL model's vocab.txt (one per line, most frequent first, as
     bilm-tf writes it; <S>, </S> and <UNK> included), or None when there is none. Read leniently: the words only
     seed a cache, so a repeated or damaged line is skipped rather than refused."""
-    path = Path(folder) / VOCAB_NAME
+    path = Path(path)
     if not path.is_file():
         return None
     words: dict[str, None] = {}

@@ -1,13 +1,56 @@
-"""Ways a downstream task reads the biLM's layers (FORMAT.md §4.6 and the paper's projection variant)."""
+"""Ways to read the biLM's layers: the one place that names them ("all", "top", "average", "mix", an index),
+checks them and selects them (``Embedder``, ``embed_file``), and the learned readouts a downstream task holds
+(``ScalarMix``, ``ComponentProjection``: FORMAT.md §4.6 and the paper's projection variant). A fixed "mix" and
+``ScalarMix`` are the same arithmetic (``scalar_weights``)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, Union
 
+import numpy as np
 import torch
 from torch import nn
 
 from elmo.errors import UsageError
+
+Layers = Union[str, int]
+LAYER_NAMES = ("all", "top", "average", "mix")
+
+
+def check_layers(layers: Layers, n_layers: int, names: Sequence[str] = LAYER_NAMES, index: bool = True) -> Layers:
+    """``layers`` as a valid choice among ``names`` (or a layer index, -n_layers..n_layers-1, when ``index``);
+    a numpy integer becomes an int. Anything else is a one-line UsageError."""
+    if isinstance(layers, np.integer):
+        layers = int(layers)
+    quoted = [repr(name) for name in names] + (["an int"] if index else [])
+    choices = ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    if isinstance(layers, str):
+        if layers not in names:
+            raise UsageError(f"layers must be {choices}, got {layers!r}")
+    elif isinstance(layers, bool) or not isinstance(layers, int) or not index:  # layers=True means nothing
+        raise UsageError(f"layers must be {choices}, got {layers!r}")
+    elif not -n_layers <= layers < n_layers:
+        raise UsageError(f"layers={layers!r}: this model has layers 0..{n_layers - 1}")
+    return layers
+
+
+def scalar_weights(weights: torch.Tensor, gamma: torch.Tensor | float) -> torch.Tensor:
+    """(L+1,) pre-softmax weights -> what each layer is multiplied by: ``gamma * softmax(w)``."""
+    return gamma * torch.softmax(weights, dim=0)
+
+
+def select_layers(layers: torch.Tensor, which: Layers, mix: torch.Tensor) -> torch.Tensor:
+    """(B, L+1, T, D) -> the requested view: "all" keeps the layer axis, anything else removes it; "mix" weighs
+    the layers by ``mix`` (L+1,), from ``scalar_weights``."""
+    if which == "all":
+        return layers
+    if which == "top":
+        return layers[:, -1]
+    if which == "average":
+        return layers.mean(1)
+    if which == "mix":
+        return (layers * mix.view(1, -1, 1, 1)).sum(1)
+    return layers[:, int(which)]
 
 
 class ScalarMix(nn.Module):
@@ -32,14 +75,14 @@ class ScalarMix(nn.Module):
         """L + 1 tensors (B, T, D) -> (B, T, D). ``mask`` (B, T) is needed only with layer norm."""
         if len(layers) != len(self.weights):
             raise UsageError(f"ScalarMix: got {len(layers)} layers, built for {len(self.weights)}")
-        s = torch.softmax(self.weights, dim=0)  # (L+1,)
+        s = scalar_weights(self.weights, self.gamma)  # (L+1,)
         if self.do_layer_norm:
             if mask is None:
                 raise UsageError("ScalarMix with layer norm needs the mask")
             # as AllenNLP: 1e-13 vanishes in float16 / bfloat16, where a constant layer would then give NaN
             eps = self.eps if layers[0].dtype in (torch.float32, torch.float64) else max(self.eps, 1e-4)
             layers = [_masked_layer_norm(layer, mask, eps) for layer in layers]
-        return self.gamma * sum(weight * layer for weight, layer in zip(s, layers))
+        return sum(weight * layer for weight, layer in zip(s, layers))
 
 
 def _masked_layer_norm(layer: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:

@@ -8,10 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from elmo import pretrained
 from elmo.embed import Embedder
 from elmo.errors import UsageError
 from elmo.io.download import cache_dir
+from elmo.io.resolve import reference
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
 from elmo.tasks.train import (
@@ -95,7 +95,7 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
     labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
     config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
-                        input=input_mode, model=_model_reference(model), tokenize=tokenize,
+                        input=input_mode, model=reference(model), tokenize=tokenize,
                         data_format=fmt or DEFAULT_FORMAT[task], hidden_dim=hidden_dim,
                         epochs=epochs, model_id=model_id(embedder),
                         seed=seed, learning_rate=learning_rate, batch_size=batch_size)
@@ -131,17 +131,12 @@ def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path |
     return [[(t, config.labels[p]) for t, p in zip(tokens, tags)] for tokens, tags in zip(token_lists, predicted)]
 
 
-def _model_reference(model: str | Path) -> str:
-    """A name stays a name; a directory is stored as an absolute path (eval may run from elsewhere)."""
-    return str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
-
-
 def _checked_embedder(config: TaskConfig) -> Embedder:
     """The biLM the head was trained on; a different one (an updated model, another directory) is refused."""
     embedder = _embedder(config.model, config.tokenize)
     if config.model_id and model_id(embedder) != config.model_id:
         raise UsageError(f"the biLM {config.model!r} is not the one this task model was trained on "
-                         f"(its weights differ); retrain the task model")
+                         f"(its weights differ, or an older elmo trained the task model); retrain the task model")
     return embedder
 
 

@@ -2,8 +2,8 @@
 
 The biLM is frozen, so its outputs for a data set never change; on a CPU running it is most of the cost of an
 experiment. One HDF5 file per (model, sentences) pair holds ``vectors`` (N_tokens, L+1, D) in float16 and
-``offsets`` (S+1,), sentence i being rows offsets[i]:offsets[i+1]. The file name is a hash of the model's weights
-file and the token lists, so a changed data set or model never reads a stale cache.
+``offsets`` (S+1,), sentence i being rows offsets[i]:offsets[i+1]. The file name is a hash of the model (its config
+and ``weights_sha256``) and the token lists, so a changed data set or model never reads a stale cache.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from elmo.embed import Embedder
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
+from elmo.model.fingerprint import weights_sha256
 
 FEATURES_VERSION = "1"  # bump when the way features are computed changes: old caches are then not reused
 
@@ -51,11 +52,10 @@ def cache_key(model_id: str, token_lists: Sequence[Sequence[str]]) -> str:
 
 
 def model_id(embedder: Embedder) -> str:
-    """What identifies the biLM's outputs: a hash of its weights (cheap next to embedding a data set)."""
+    """What identifies the biLM's outputs: its config and the fingerprint of its weights (``weights_sha256``; cheap
+    next to embedding a data set)."""
     digest = hashlib.sha256(json.dumps(embedder.bilm.config.to_options(), sort_keys=True).encode())
-    for name, tensor in sorted(embedder.bilm.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    digest.update(weights_sha256(embedder.bilm).encode())
     return digest.hexdigest()
 
 

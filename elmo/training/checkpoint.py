@@ -10,7 +10,8 @@
 * ``state.safetensors``: carried LSTM states and RNG states of every rank;
 * ``trainer.json``: step, tokens seen, elapsed time, every rank's data position.
 
-Finding them (``list_checkpoints``, ``resolve_checkpoint``) is ``elmo.io.checkpoint``'s, which the loaders use.
+Finding them (``list_checkpoints``, ``resolve_checkpoint``) is ``elmo.io.checkpoint``'s; a model named by a checkpoint,
+a run folder or an exported folder is resolved (``elmo.io.resolve``) into files the loaders build from.
 
 A checkpoint is written into a hidden temporary directory and renamed into place, so a crash leaves either the
 previous checkpoint set or the new one, never a half-written directory.
@@ -33,7 +34,10 @@ from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path, new_file_mode
 from elmo.io.checkpoint import PREFIX, list_checkpoints, resolve_checkpoint
-from elmo.io.native import ModelFileError, load_model, load_state_strict, save_model
+from elmo.io.load import load_files
+from elmo.io.model_files import ModelFiles
+from elmo.io.native import ModelFileError, load_state_strict, save_model
+from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
 from elmo.training.softmax import LMSoftmax
 
@@ -110,7 +114,7 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Everything a checkpoint holds; the optimizer part is absent for exported LM directories."""
     root = resolve_checkpoint(path)
-    bilm = load_model(root)
+    bilm = load_files(ModelFiles.of_folder(root))
     try:
         softmax = load_file(str(root / "softmax.safetensors"))
         tensors = load_file(str(root / "state.safetensors"))
@@ -147,22 +151,22 @@ def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Modul
     return out
 
 
-def load_language_model(path: str | Path) -> tuple[BiLM, LMSoftmax, Vocabulary]:
-    """(bilm, softmax, vocab) from a checkpoint or an exported LM directory."""
-    root = Path(path)
-    if not (root / "softmax.safetensors").is_file():
-        if (root / "options.json").is_file() and not list_checkpoints(root):
-            raise ModelFileError(f"{root}: official options.json + .hdf5 hold no softmax, so the LM cannot be scored; "
-                                 f"give a training checkpoint, a run folder or an `elmo export` folder")
-        root = resolve_checkpoint(root)
-    bilm = load_model(root)
-    vocab = Vocabulary.load(root / "vocab.txt")
+def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax, Vocabulary]:
+    """(bilm, softmax, vocab) from a checkpoint, a run folder (its newest checkpoint) or an exported LM directory,
+    or from their resolved files."""
+    files = model if isinstance(model, ModelFiles) else resolve(model)
+    if files.softmax is None or files.vocab is None:
+        what = "official options.json + .hdf5 hold" if files.official else "this model folder holds"
+        raise ModelFileError(f"{files.name or files.folder}: {what} no softmax, so the LM cannot be scored; give a "
+                             f"training checkpoint, a run folder or an `elmo export` folder")
+    bilm = load_files(files)
+    vocab = Vocabulary.load(files.vocab)
     softmax = LMSoftmax(len(vocab), bilm.config.lstm.projection_dim)
     try:
-        state = load_file(str(root / "softmax.safetensors"))
+        state = load_file(str(files.softmax))
     except (SafetensorError, OSError) as err:
-        raise ModelFileError(f"{root / 'softmax.safetensors'}: not readable ({err})") from None
-    load_state_strict(softmax, state, str(root / "softmax.safetensors"))
+        raise ModelFileError(f"{files.softmax}: not readable ({err})") from None
+    load_state_strict(softmax, state, str(files.softmax))
     return bilm, softmax.eval(), vocab
 
 

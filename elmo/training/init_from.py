@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 
 from elmo.data.vocab import Vocabulary
-from elmo.io.checkpoint import list_checkpoints
-from elmo.io.load import load_bilm
+from elmo import pretrained
+from elmo.io.load import load_files
+from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model
 
@@ -41,19 +42,17 @@ class StartingWeights:
 
 
 def has_softmax(source: str | Path) -> bool:
-    """True for a checkpoint, a run folder or an exported LM folder (they carry softmax.safetensors + vocab.txt)."""
-    path = Path(source)
-    if (path / "softmax.safetensors").is_file():
-        return True
-    found = list_checkpoints(path)
-    return bool(found) and (found[-1] / "softmax.safetensors").is_file()
+    """True for a checkpoint, a run folder or an exported LM folder (they carry softmax.safetensors + vocab.txt).
+    A registered name never has one: it is not resolved, so nothing is downloaded to tell."""
+    return not pretrained.is_model_name(str(source)) and resolve(source).softmax is not None
 
 
 def starting_weights(source: str | Path) -> StartingWeights:
     """The weights (and, where there is one, the softmax and vocabulary) a new run starts from; the tokenizer is the
     one the loaded biLM names."""
-    if has_softmax(source):
-        bilm, softmax, vocab = load_language_model(source)
+    files = resolve(source)
+    if files.softmax is not None:
+        bilm, softmax, vocab = load_language_model(files)
         return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, str(source))
-    bilm = load_bilm(source)
+    bilm = load_files(files)
     return StartingWeights(bilm, None, None, bilm.tokenizer_name, str(source))

@@ -18,6 +18,7 @@ from elmo import pretrained
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.io.checkpoint import list_checkpoints, resolve_checkpoint
+from elmo.io.resolve import resolve
 from elmo.training.checkpoint import Checkpoint, load_checkpoint
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
@@ -119,7 +120,7 @@ def start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None
                          f"(--freeze-bilm-steps) while the softmax learns")
     if env.world > 1 and pretrained.is_model_name(str(source)):  # one download, then every rank reads the cache
         if env.main:
-            pretrained.resolve(str(source))
+            resolve(source)
         dist.barrier()
     start = starting_weights(source)
     if start.vocab is not None:

@@ -1,0 +1,134 @@
+"""One resolver for every way of naming a model: ``resolve`` turns a name ("en", "original"), our folder, a training
+checkpoint or run folder, a folder of official (bilm-tf, AllenNLP, S3-named) or NLPL files, an NLPL .zip, or the
+official options + weights pair into a :class:`ModelFiles`. Every loader and entry point goes through it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from elmo import pretrained
+from elmo.errors import UsageError
+from elmo.io import nlpl
+from elmo.io.checkpoint import list_checkpoints
+from elmo.io.model_files import ModelFiles
+from elmo.io.native import ModelFileError, is_model_dir
+from elmo.io.official import WeightFileError, describe_file, is_weight_file
+
+LOOKED_FOR = ("config.json + model.safetensors (our format), checkpoint folders (a training run), options.json or "
+              "*options*.json + a weights .hdf5 (bilm-tf, AllenNLP), options.json + model.hdf5 (NLPL)")
+PATH_SUFFIXES = {".zip", ".hdf5", ".h5", ".json", ".safetensors"}  # a missing path ending so is not a model name
+
+
+def resolve(model: str | Path | None = None, options: str | Path | None = None,
+            weights: str | Path | None = None) -> ModelFiles:
+    """The files of ``model`` (a name such as "en", "ko" or "original", or a path: see ``resolve_path``) or of
+    ``options`` + ``weights`` (the official pair). Nothing given: "en". A name is downloaded (once) here."""
+    if model is not None and (options is not None or weights is not None):
+        raise UsageError("give either a model directory or --options and --weights, not both")
+    if model is None and options is None and weights is None:
+        return pretrained.resolve(pretrained.DEFAULT_MODEL)  # shipped: a local folder "en" is not it
+    if model is not None and pretrained.is_model_name(str(model)):
+        return pretrained.resolve(str(model))
+    if model is None:
+        if options is None or weights is None:
+            raise UsageError("no model: give a model directory, or both the options file and the weight file")
+        return ModelFiles(Path(options), Path(weights), official=True)
+    return resolve_path(model)
+
+
+def resolve_path(model: str | Path) -> ModelFiles:
+    """The files at a path: our model directory; a training run folder (its newest checkpoint); a folder holding an
+    official pair (``options.json`` or ``*options*.json`` + the weights ``.hdf5``, picked by content where there
+    are several .hdf5 files); an NLPL folder or .zip (its vocab.txt, if any, seeds the token cache)."""
+    root = Path(model)
+    if not root.exists():
+        if _looks_like_name(str(model)):
+            raise UsageError(pretrained.unknown_name_message(str(model), no_such_path=True))
+        raise ModelFileError(f"{root}: no such file or folder")
+    if root.is_file():
+        kind = describe_file(root)
+        if kind == "a zip archive":
+            return _nlpl_files(nlpl.unpack_nlpl_zip(root))
+        raise ModelFileError(f"{root}: {kind}, where a model folder, an NLPL .zip or a model name is expected; give "
+                             f"the folder holding it, or an official pair as options= and weights= (--options/--weights)")
+    if is_model_dir(root):
+        return ModelFiles.of_folder(root)
+    if (found := list_checkpoints(root)) and is_model_dir(found[-1]):
+        return ModelFiles.of_folder(found[-1])  # a training run folder: its newest checkpoint
+    pair = official_pair(root)
+    if pair == (root / nlpl.OPTIONS_NAME, root / nlpl.WEIGHTS_NAME):
+        return _nlpl_files(root)
+    if pair is not None:
+        return ModelFiles(*pair, official=True)
+    shadowed = (f"; a local {root} shadows the model name {str(model)!r}: run elsewhere or rename the folder to use "
+                f"the named model" if str(model) in pretrained.known_names() else "")
+    raise ModelFileError(f"{root}: not a model directory; looked for {LOOKED_FOR}{shadowed}")
+
+
+def reference(model: str | Path | None) -> str:
+    """How a record (a task model, an embedding file) names a model: a name stays a name (None: the default one);
+    a path becomes absolute, so the record works from elsewhere."""
+    if model is None:
+        return pretrained.DEFAULT_MODEL
+    return str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
+
+
+def recorded_tokenizer(path: str | Path) -> str | None:
+    """The tokenizer name ("en", "ko" ...) of the model folder at ``path`` without loading it (a model directory or
+    checkpoint, a run directory's newest checkpoint, an official folder). None: whitespace-split text, or no model
+    folder there."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    try:
+        files = resolve_path(path)
+    except (ModelFileError, WeightFileError, UsageError):
+        return None
+    return files.tokenizer
+
+
+def official_pair(folder: Path) -> tuple[Path, Path] | None:
+    """The options file and weight file of the one official model in ``folder``; None when it holds neither.
+
+    Weight files are told apart from other HDF5 files (AllenNLP's lm_embeddings_*.hdf5, token embedding dumps) by
+    their datasets. One options file and one weight file go together whatever their names; with more, the S3
+    names pair them (``X_options.json`` with ``X_weights.hdf5``), and several such pairs are refused.
+    """
+    options = sorted(p for p in folder.glob("*.json") if "options" in p.name and p.is_file())
+    hdf5 = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".hdf5", ".h5") and p.is_file())
+    weights = [p for p in hdf5 if is_weight_file(p) is not False]  # None: unreadable HDF5, loading names why
+    if not options and not weights:
+        return None
+    if not weights:
+        others = f" ({', '.join(p.name for p in hdf5)}: no bilm-tf weights in them)" if hdf5 else ""
+        raise WeightFileError(f"{folder}: {options[0].name} but no weight file beside it{others}; add the weights "
+                              f".hdf5 (the one with char_embed, CNN and RNN_0 datasets)")
+    if not options:
+        raise ModelFileError(f"{folder}: {weights[0].name} but no options file beside it; add the options.json "
+                             f"that came with it")
+    if len(options) == 1 and len(weights) == 1:
+        return options[0], weights[0]
+    pairs = [(o, w) for o in options for w in weights if o.name[: -len(".json")].replace("options", "weights") == w.stem]
+    if len(pairs) == 1:
+        return pairs[0]
+    if pairs:
+        listed = ", ".join(f"{o.name} + {w.name}" for o, w in pairs)
+        raise UsageError(f"{folder}: holds {len(pairs)} models ({listed}); give one pair as options= and weights= "
+                         f"(--options/--weights)")
+    raise UsageError(f"{folder}: cannot tell which options file goes with which weights ("
+                     f"{', '.join(p.name for p in options)}; {', '.join(p.name for p in weights)}); give the pair as "
+                     f"options= and weights= (--options/--weights)")
+
+
+def _nlpl_files(folder: Path) -> ModelFiles:
+    """An unpacked NLPL model: the official pair, and its vocab.txt (if any) to seed the token cache."""
+    vocab = folder / nlpl.VOCAB_NAME
+    return ModelFiles(folder / nlpl.OPTIONS_NAME, folder / nlpl.WEIGHTS_NAME,
+                      cache_words=vocab if vocab.is_file() else None, official=True)
+
+
+def _looks_like_name(text: str) -> bool:
+    """True for something meant as a model name ("originl"), not a path ("./x", "a/b", "w.hdf5")."""
+    return ("/" not in text and os.sep not in text and not text.startswith((".", "~"))
+            and Path(text).suffix.lower() not in PATH_SUFFIXES)
