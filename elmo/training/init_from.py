@@ -7,10 +7,7 @@ Two kinds of source:
 * a biLM alone — a shipped model ("en", "ko"), an official model ("original" ...), our model folder, or a folder with
   the official options.json + one .hdf5. Published ELMo weights hold no softmax, so adapting them to new text needs a
   vocabulary (``--vocab``) and a new softmax; the trainer then freezes the biLM for ``freeze_bilm_steps`` batches
-  while the new softmax learns to read it. Measured from the shipped English model (README, "Starting from published
-  weights"): the held-out perplexity per batch is the same with or without the freeze, but frozen batches run
-  2.6x faster, and the biLM's vectors move less from the source's (top layer: 0.93-0.95 cosine through 4,000
-  batches past the freeze, 0.89 after the first 500 without it).
+  while the new softmax learns to read it (why, with the measurements: README, "Starting from published weights").
 """
 
 from __future__ import annotations
@@ -27,8 +24,8 @@ from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model
 
-# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say: the
-# shipped English model's new softmax got from 50,003 (uniform) to 357 held-out perplexity in 1,000 frozen batches
+# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say (README,
+# "Starting from published weights")
 DEFAULT_FREEZE_STEPS = 1000
 
 
