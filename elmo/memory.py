@@ -1,10 +1,10 @@
 """Keeping a long embedding run's memory flat: glibc's allocator otherwise lets it creep up.
 
 glibc raises its mmap threshold dynamically (up to 32 MB) each time a large block is freed, after which every
-batch's ever-different tensor sizes are carved from the heap and fragment it: `elmo embed` of 100,000 sentences
-climbed from 447 MB (10k sentences) to 619 MB peak RSS. A fixed threshold sends large tensors to mmap, returned to
-the system when freed: 453 MB at 100k (benchmarks/embed_memory.py; see BENCHMARKS.md). The setting is global to the
-process and costs some page faults (the tiny model embedded about 20 % slower; large models hardly notice).
+batch's ever-different tensor sizes are carved from the heap and fragment it, and a long run's resident memory
+creeps up. A fixed threshold sends large tensors to mmap, returned to the system when freed (measured by
+benchmarks/embed_memory.py; figures in BENCHMARKS.md). The setting is global to the process and costs some page
+faults, so only a command-line process should make it.
 """
 
 from __future__ import annotations
