@@ -25,8 +25,7 @@ from random_weights import random_bilm  # noqa: E402
 
 from elmo.data.chars import batch_to_ids  # noqa: E402
 from elmo.embed import Embedder  # noqa: E402
-from elmo.model.fused_lstm import use_fused_lstm  # noqa: E402
-from elmo.model.reference import reference_forward  # noqa: E402
+from tests.reference_engines import reference_forward, use_fused_lstm  # noqa: E402
 
 
 def run_batches(model, batches, reference=False):

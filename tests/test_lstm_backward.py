@@ -1,12 +1,16 @@
 """The hand-written backward pass of a layer's time loop (``LayerSequence``, used when training) against autograd
-through the plain per-step reference, with rows ending at different steps and both clips firing."""
+through the package's own step (``lstm_step``) and through the independent per-step reference, with rows ending at
+different steps and both clips firing."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from elmo.model.lstm import ProjectedLSTMLayer, reference_layer_forward
+from elmo.model.cell import lstm_step
+from elmo.model.lstm import ProjectedLSTMLayer
+from elmo.model.lstm_sequence import LayerSequence
+from tests.reference_engines import reference_layer_forward
 
 
 def _layer(clip: float | None, dtype=torch.float64) -> ProjectedLSTMLayer:
@@ -68,3 +72,60 @@ def test_float32_training_forward_equals_the_inference_path():
     with torch.no_grad():
         inferred = layer(x, sizes, (h0, c0))[0]
     assert torch.allclose(trained, inferred, atol=1e-6)
+
+
+def _autograd_sequence(projected, h0, c0, weight_hh, weight_proj, sizes, cell_clip, proj_clip):
+    """LayerSequence's contract computed by autograd through ``lstm_step`` step by step (same packed layout)."""
+    h, c, outputs, start = h0, c0, [], 0
+    for n in sizes:
+        z = projected[start : start + n] + h[:n] @ weight_hh.t()  # (n, 4C)
+        r, c_new = lstm_step(z, c[:n], lambda m: m @ weight_proj.t(), cell_clip, proj_clip)
+        outputs.append(r)
+        h, c = torch.cat([r, h[n:]]), torch.cat([c_new, c[n:]])
+        start += n
+    return torch.cat(outputs), h, c
+
+
+@pytest.mark.parametrize("clip", [None, 0.7])
+def test_hand_written_backward_equals_autograd_through_the_step(clip):
+    """The same step function, differentiated by hand (LayerSequence) and by autograd: outputs and every gradient."""
+    torch.manual_seed(2)
+    sizes, cells, proj = [4, 3, 3, 1], 6, 3
+    projected = (3 * torch.randn(sum(sizes), 4 * cells, dtype=torch.float64)).requires_grad_()
+    h0 = torch.randn(4, proj, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(4, cells, dtype=torch.float64, requires_grad=True)
+    weight_hh = (2 * torch.randn(4 * cells, proj, dtype=torch.float64)).requires_grad_()
+    weight_proj = (2 * torch.randn(proj, cells, dtype=torch.float64)).requires_grad_()
+    inputs = (projected, h0, c0, weight_hh, weight_proj)
+    ours = LayerSequence.apply(*inputs, sizes, clip, clip)
+    plain = _autograd_sequence(*inputs, sizes, clip, clip)
+    weights = [torch.randn_like(t) for t in plain]
+    grads = [torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, run)), inputs) for run in (ours, plain)]
+    for a, b in zip(ours, plain):
+        assert torch.allclose(a, b, atol=1e-13)
+    for name, a, b in zip(["projected", "h0", "c0", "W_hh", "W_proj"], *grads):
+        assert torch.allclose(a, b, atol=1e-12), name
+    if clip:
+        assert float(ours[0].detach().abs().max()) == pytest.approx(clip)
+        assert float(ours[2].detach().abs().max()) == pytest.approx(clip)
+    assert torch.autograd.gradcheck(lambda *args: LayerSequence.apply(*args, sizes, clip, clip), inputs)
+
+
+@pytest.mark.parametrize("clip", [None, 0.7])
+def test_gradcheck_of_the_step_in_float64(clip):
+    torch.manual_seed(3)
+    z = (3 * torch.randn(3, 4 * 5, dtype=torch.float64)).requires_grad_()
+    c_prev = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    weight_proj = (2 * torch.randn(2, 5, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda z, c_prev, w: lstm_step(z, c_prev, lambda m: m @ w.t(), clip, clip), (z, c_prev, weight_proj))
+
+
+def test_in_place_step_equals_the_autograd_step():
+    torch.manual_seed(4)
+    z, c_prev, weight_proj = 3 * torch.randn(5, 4 * 6, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64), \
+        torch.randn(2, 6, dtype=torch.float64)
+    plain = lstm_step(z, c_prev, lambda m: m @ weight_proj.t(), 0.8, 0.5)
+    in_place = lstm_step(z.clone(), c_prev, lambda m: m @ weight_proj.t(), 0.8, 0.5, in_place=True)
+    for a, b in zip(plain, in_place):
+        assert torch.allclose(a, b, atol=1e-15)

@@ -9,7 +9,7 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.model.bilm import remove_sentence_boundaries
 from elmo.model import lstm
-from elmo.model.lstm import reference_layer_forward
+from tests.reference_engines import reference_forward, reference_layer_forward, use_fused_lstm
 from tests.conftest import random_bilm, small_config
 
 WORDS = "the bank of the river was closed after money flood rain a an it ginkgo 은행 배 😀 .".split()
@@ -158,8 +158,6 @@ def test_fast_forward_equals_the_reference_forward_in_both_modes(report):
     2) amplify float32 rounding along the sentence, so the float32 reference itself is up to 2.4e-5 off; the fast
     path differs from it by 1e-6..1.7e-5 depending on the thread count (summation order), so "diff <= 1e-5" held
     with 2 threads and failed with 1. A real error (a clip, a gate, a carried state) is 1e-2 or more."""
-    from elmo.model.reference import reference_forward
-
     fast_error = reference_error = 0.0
     for stateful in (False, True):
         fast_model = random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful)
@@ -195,8 +193,6 @@ def test_token_cache_is_exact_and_falls_back_to_characters(fixture_model):
 
 def test_fused_nn_lstm_is_exact_without_clips_and_refuses_clips():
     import pytest
-
-    from elmo.model.fused_lstm import use_fused_lstm
 
     config = small_config(cell_clip=None, proj_clip=None)
     plain, fused = random_bilm(config, seed=5), random_bilm(config, seed=5)

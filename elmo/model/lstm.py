@@ -1,16 +1,12 @@
 """LSTM with a projected, clipped state (bilm-tf's ``LSTMCell(num_proj=...)``), and the stack of such layers.
 
-One step (FORMAT.md §4.3), gates in PyTorch order i, f, g, o, the +1 forget bias already folded into ``bias``::
-
-    z = x W_ih^T + r W_hh^T + bias                  (4C)
-    c = clip(sigmoid(f) * c + sigmoid(i) * tanh(g))   (C)
-    r = clip((sigmoid(o) * tanh(c)) W_proj^T)         (P)
+One step (FORMAT.md §4.3): z = x W_ih^T + r W_hh^T + bias (4C), then ``elmo.model.cell.lstm_step`` (the gates,
+the clipped memory c and the clipped projection r), the one place the step's arithmetic is written.
 
 ``torch.nn.LSTM`` cannot clip, so the time loop is ours. The fast path sorts rows longest first, so at each step
 the running rows are a prefix of the batch: padding costs nothing and nothing is masked. The input projections of
 the real positions (not the padding) are computed together, a whole layer per matmul up to PROJECTION_BLOCK_BYTES,
-into a buffer each thread reuses. ``reference_layer_forward`` is the plain per-step version kept as the exactness
-reference for tests and benchmarks.
+into a buffer each thread reuses.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from elmo.model.cell import lstm_step
 from elmo.model.lstm_sequence import LayerSequence
 from elmo.model.packed import AutogradRightMultiplier, Int8RightMultiplier, RightMultiplier, right_multiplier
 from elmo.model.weight_updates import weights_version
@@ -112,34 +109,6 @@ class ProjectedLSTMLayer(nn.Module):
         state.pop("_cache_key", None)
         return state
 
-    def step(self, z: torch.Tensor, c_prev: torch.Tensor, project: Multiplier | None = None) -> State:
-        """Gate pre-activations z (n, 4C) and previous memory (n, C) -> new (r (n, P), c (n, C))."""
-        i, f, g, o = z.chunk(4, dim=-1)  # each (n, C)
-        c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
-        if self.cell_clip:
-            c = c.clamp(-self.cell_clip, self.cell_clip)
-        m = torch.sigmoid(o) * torch.tanh(c)  # (n, C)
-        r = m @ self.weight_proj.t() if project is None else project(m)  # (n, P)
-        if self.proj_clip:
-            r = r.clamp(-self.proj_clip, self.proj_clip)
-        return r, c
-
-    def step_in_place(self, z: torch.Tensor, c_prev: torch.Tensor, project: Multiplier) -> State:
-        """``step`` for inference, overwriting z with its gates: fewer passes over memory, fewer allocations.
-        Not for autograd (in-place activations); same values as ``step``."""
-        C = self.cell_size
-        z[:, : 2 * C].sigmoid_()  # i, f
-        z[:, 3 * C :].sigmoid_()  # o
-        i, f, g, o = z.chunk(4, dim=-1)  # each (n, C)
-        g.tanh_()
-        c = torch.mul(f, c_prev).addcmul_(i, g)  # (n, C)
-        if self.cell_clip:
-            c.clamp_(-self.cell_clip, self.cell_clip)
-        r = project(torch.tanh(c).mul_(o))  # (n, P)
-        if self.proj_clip:
-            r.clamp_(-self.proj_clip, self.proj_clip)
-        return r, c
-
     def _hand_written_backward(self, x: torch.Tensor) -> bool:
         """Training in full precision: the time loop runs as one ``LayerSequence`` (same values, faster backward).
         Under autocast (mixed-precision GPU training) the step-by-step autograd path is kept."""
@@ -171,7 +140,6 @@ class ProjectedLSTMLayer(nn.Module):
         zero_start = not bool(h.any())
         block_rows = max(1, PROJECTION_BLOCK_BYTES // (4 * self.cell_size * x.element_size()))
         inference = not torch.is_grad_enabled()
-        step = self.step_in_place if inference else self.step
         reuse = inference and self.matmul_dtype is None  # fp32 inference: projections into the thread's scratch
         for t, n in enumerate(batch_sizes):
             if t == block_start + len(per_step):
@@ -187,7 +155,7 @@ class ProjectedLSTMLayer(nn.Module):
             projected = per_step[t - block_start]
             # from a zero state (deterministic mode) step 0's recurrent product is exactly zero: skip it
             z = projected if t == 0 and zero_start else recurrent_product(h[:n], projected)  # (n, 4C)
-            r, c_new = step(z, c[:n], projection)
+            r, c_new = lstm_step(z, c[:n], projection, self.cell_clip, self.proj_clip, in_place=inference)
             steps.append(r)
             if n == h.shape[0]:
                 h, c = r, c_new
@@ -208,24 +176,6 @@ def _pad_steps(steps: list[torch.Tensor], batch: int, length: int) -> torch.Tens
     for t, r in enumerate(steps):
         out[: r.shape[0], t] = r
     return out
-
-
-def reference_layer_forward(layer: ProjectedLSTMLayer, x: torch.Tensor, lengths: torch.Tensor,
-                            state: State) -> tuple[torch.Tensor, State]:
-    """The plain per-step, per-row-masked computation of FORMAT.md §4.3, in any row order.
-
-    x: (B, T, In), lengths (B,), state (h (B, P), c (B, C)). Kept for tests and benchmarks only.
-    """
-    h, c = state
-    w = torch.cat([layer.weight_ih, layer.weight_hh], dim=1)  # (4C, In + P): TF's single kernel, transposed
-    outputs = []
-    for t in range(x.shape[1]):
-        z = torch.cat([x[:, t], h], dim=-1) @ w.t() + layer.bias  # (B, 4C)
-        r, c_new = layer.step(z, c)
-        running = (t < lengths).unsqueeze(-1)  # (B, 1)
-        h, c = torch.where(running, r, h), torch.where(running, c_new, c)
-        outputs.append(torch.where(running, r, torch.zeros_like(r)))
-    return torch.stack(outputs, dim=1), (h, c)
 
 
 class LSTMStack(nn.Module):

@@ -4,17 +4,21 @@ Autograd through the per-step loop records ~20 small operations per step and, in
 out each step's weight gradients separately (e.g. (P, n) x (n, 4C) for W_hh at every step). Here the forward pass
 keeps what the backward pass needs in a few preallocated (N, ·) buffers (N = the real positions, time-major, as
 in a PackedSequence), the backward loop carries only the state gradients, and the weight gradients are two
-matmuls over all N positions at the end. Same arithmetic as ``ProjectedLSTMLayer.step`` (FORMAT.md §4.3)::
+matmuls over all N positions at the end. The forward steps are ``elmo.model.cell.lstm_step`` (FORMAT.md §4.3),
+recording their intermediates; the backward pass differentiates that step by hand::
 
     z = projected_t + h_{t-1} W_hh^T          i, f, o = sigmoid(.), g = tanh(.)
     c_t = clip(f * c_{t-1} + i * g)           r_t = clip((o * tanh(c_t)) W_proj^T)
 
-with ``clamp``'s gradient (passed where the value was inside [-clip, clip], bounds included).
+with ``clamp``'s gradient (passed where the value was inside [-clip, clip], bounds included). Tests check it
+against autograd through ``lstm_step`` (``torch.autograd.gradcheck`` in float64).
 """
 
 from __future__ import annotations
 
 import torch
+
+from elmo.model.cell import StepRecord, lstm_step
 
 
 class LayerSequence(torch.autograd.Function):
@@ -42,23 +46,11 @@ class LayerSequence(torch.autograd.Function):
         starts = [0]  # step t's rows are starts[t] : starts[t] + batch_sizes[t]
         for n in batch_sizes:
             rows = slice(starts[-1], starts[-1] + n)
-            z = torch.addmm(projected[rows], h[:n], hh_t)  # (n, 4C)
-            a = gates[rows]
-            i, f, g, o = a.chunk(4, dim=1)
-            zi, zf, zg, zo = z.chunk(4, dim=1)
-            torch.sigmoid(zi, out=i), torch.sigmoid(zf, out=f), torch.tanh(zg, out=g), torch.sigmoid(zo, out=o)
-            c_new = memory[rows]
-            torch.add(f * c[:n], i * g, out=c_new)  # (n, C)
-            if cell_clip:
-                torch.logical_and(c_new >= -cell_clip, c_new <= cell_clip, out=cell_inside[rows])
-                c_new.clamp_(-cell_clip, cell_clip)
-            torch.tanh(c_new, out=tanh_memory[rows])
-            torch.mul(o, tanh_memory[rows], out=hidden[rows])
-            r = outputs[rows]
-            torch.mm(hidden[rows], proj_t, out=r)  # (n, P)
-            if proj_clip:
-                torch.logical_and(r >= -proj_clip, r <= proj_clip, out=proj_inside[rows])
-                r.clamp_(-proj_clip, proj_clip)
+            z = torch.addmm(projected[rows], h[:n], hh_t, out=gates[rows])  # (n, 4C), activated in place below
+            record = StepRecord(memory[rows], tanh_memory[rows], hidden[rows],
+                                cell_inside[rows] if cell_clip else None, proj_inside[rows] if proj_clip else None)
+            r, c_new = lstm_step(z, c[:n], lambda m, out=outputs[rows]: torch.mm(m, proj_t, out=out),  # (n, P)
+                                 cell_clip, proj_clip, in_place=True, record=record)
             h[:n], c[:n] = r, c_new
             starts.append(starts[-1] + n)
         ctx.batch_sizes, ctx.starts = batch_sizes, starts
