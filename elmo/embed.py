@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from elmo import pretrained
 from elmo.batching import Layers, length_batches, run_batch
 from elmo.devices import check_device
 from elmo.embed_file import embed_file
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
+from elmo.io.resolve import reference
 from elmo.model.bilm import BiLM
 from elmo.model.mix import check_layers, scalar_weights
 from elmo.text.tokenize import get_tokenizer
@@ -76,7 +76,7 @@ class Embedder:
         if weights.shape != (n,):
             raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
         self.mix = scalar_weights(weights, gamma)  # (L+1,): ScalarMix's arithmetic, fixed
-        self.bilm.set_matmul_precision(precision)  # "bf16": faster on CPUs with bf16 units, vectors about 0.4 % off (BENCHMARKS.md)
+        self.bilm.set_matmul_precision(precision)  # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md)
         if cache_words is not None:  # token layer precomputed for these words; others go through the CNN
             self.bilm.cache_tokens(cache_words)
 
@@ -87,12 +87,8 @@ class Embedder:
         official ``options`` + ``weights`` files. Raw text goes through the model's own tokenizer
         (``bilm.tokenizer_name``) unless ``tokenizer=`` says otherwise; other keywords go to ``Embedder``."""
         embedder = cls(load_bilm(model, options, weights), **kwargs)
-        if model is None and options is None and weights is None:
-            embedder.model_name = pretrained.DEFAULT_MODEL
-        elif model is not None:
-            embedder.model_name = str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
-        else:
-            embedder.model_name = f"{Path(options).resolve()} + {Path(weights).resolve()}"
+        pair = options is not None or weights is not None
+        embedder.model_name = f"{Path(options).resolve()} + {Path(weights).resolve()}" if pair else reference(model)
         return embedder
 
     @property

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from elmo.errors import UsageError
-from elmo.model.mix import ScalarMix
+from elmo.model.mix import ScalarMix, check_layers, select_layers
 
 
 class LayerInput(nn.Module):
@@ -20,15 +20,18 @@ class LayerInput(nn.Module):
 
     def __init__(self, n_layers: int, mode: str = "mix") -> None:
         super().__init__()
-        if mode not in ("mix", "token") and not (mode.isdigit() and int(mode) < n_layers):
-            raise UsageError(f"input must be 'mix', 'token' or a layer number below {n_layers}, got {mode!r}")
+        layer = 0 if mode == "token" else int(mode) if mode.isdigit() else mode  # "token": the layer-0 baseline
+        try:
+            self.layer = check_layers(layer, n_layers, names=("mix",))
+        except UsageError:
+            raise UsageError(f"input must be 'mix', 'token' or a layer number below {n_layers}, got {mode!r}") from None
         self.mode = mode
-        self.mix = ScalarMix(n_layers) if mode == "mix" else None
+        self.mix = ScalarMix(n_layers) if self.layer == "mix" else None
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         if self.mix is not None:
             return self.mix(list(features.unbind(2)))  # (B, T, D)
-        return features[:, :, 0 if self.mode == "token" else int(self.mode)]
+        return select_layers(features.movedim(2, 1), self.layer, features.new_empty(0))  # (B, T, D)
 
     def penalty(self) -> torch.Tensor:
         """L2 on the mix weights (the paper's lambda = 0.001 keeps the mix close to an average)."""
