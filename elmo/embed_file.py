@@ -82,8 +82,8 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
 
     Each line is split on whitespace unless ``tokenize`` asks for a tokenizer: None or "whitespace" (the default:
     pre-tokenised text, as AllenNLP), a name ("en", "ko", "ko-morph"), "model" for the model's own
-    (``bilm.tokenizer_name``; whitespace when it has none), or a function str -> list[str]. ``model_name`` (a name or path) is recorded in the output with the weights'
-    sha256, the layers and the tokenizer (module docstring).
+    (``bilm.tokenizer_name``; whitespace when it has none), or a function str -> list[str]. ``model_name`` (a name
+    or path) is recorded in the output with the weights' sha256, the layers and the tokenizer (module docstring).
 
     With a stateful ``bilm`` the lines run in file order, ``batch_size`` per batch, each line keeping its row
     (AllenNLP's exact behaviour). A deterministic ``bilm`` gives the same vectors however lines are grouped, so
@@ -97,13 +97,7 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}")
-    if Path(input_path).exists() and not Path(input_path).is_file():
-        raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
-                             f"count lines, then to embed them): save it to a file first")
-    if Path(output_path).is_dir():
-        raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {Path(output_path) / 'out.hdf5'})")
-    if Path(output_path).exists() and Path(output_path).resolve() == Path(input_path).resolve():
-        raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
+    _check_paths(Path(input_path), Path(output_path))
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     fix_mmap_threshold()  # flat memory over long files (elmo/memory.py)
     bilm = bilm.to(device).eval()
@@ -139,6 +133,17 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     parts.merge_into(output_path, None if forget_sentences or use_sentence_keys else sentence_to_index,
                      {k: v for k, v in record.items() if v is not None})
     return total
+
+
+def _check_paths(input_path: Path, output_path: Path) -> None:
+    """Refuse, before any work, an input that cannot be read twice and an output that is a folder or the input."""
+    if input_path.exists() and not input_path.is_file():
+        raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
+                             f"count lines, then to embed them): save it to a file first")
+    if output_path.is_dir():
+        raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {output_path / 'out.hdf5'})")
+    if output_path.exists() and output_path.resolve() == input_path.resolve():
+        raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
 
 
 def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], list[str]] | None, str]:

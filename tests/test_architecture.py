@@ -243,3 +243,18 @@ def test_no_module_over_400_lines():
         if lines > MAX_LINES:
             long.append(f"{relative}: {lines} lines")
     assert not long, f"modules over {MAX_LINES} lines (split them by what they own):\n" + "\n".join(long)
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_over_sixty_lines():
+    """Small rooms: a function longer than a screen does several things; split it into named steps."""
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} ({length} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
