@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmo.config import ElmoConfig
-from elmo.data.chars import add_sentence_boundaries
+from elmo.data.chars import add_sentence_boundaries, check_char_ids
 from elmo.errors import UsageError
 from elmo.model.char_cnn import CharEncoder, build_token_cache
 from elmo.model.lstm import LSTMStack, build_lstm_stack
@@ -96,6 +96,7 @@ class BiLM(nn.Module):
         self._carrier.reset()
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
+        check_char_ids(char_ids, self.config.char_cnn.n_characters)  # once per batch, where ids enter the model
         ids, lengths = add_sentence_boundaries(char_ids)  # (B, T+2, W), (B,)
         batch, steps = ids.shape[:2]
         mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)

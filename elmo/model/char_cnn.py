@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmo.config import CharCNNConfig
-from elmo.data.chars import check_char_ids, word_to_char_ids
+from elmo.data.chars import word_to_char_ids
 from elmo.model.token_cache import TokenCache, TokenMemo
 from elmo.model.weight_updates import weights_version
 
@@ -61,7 +61,6 @@ class CharEncoder(nn.Module):
         Running text repeats itself (about half the tokens of a batch are repeats), and the encoder is context-free,
         so this is exact and saves that share of the CNN's work, forward and backward.
         """
-        check_char_ids(char_ids, self.config.n_characters)  # before the caches, which key rows by int16
         if char_ids.shape[0] < 2 and self.token_cache is None:
             return self(char_ids)
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # (U, W), (N,)
@@ -114,7 +113,6 @@ class CharEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
         """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""
-        check_char_ids(char_ids, self.config.n_characters)
         if self.matmul_dtype is not None and char_ids.device.type == "cpu":
             with torch.autocast("cpu", dtype=self.matmul_dtype):
                 return self._forward(char_ids, trim).float()
