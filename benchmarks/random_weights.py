@@ -20,13 +20,11 @@ from elmo.config import PRESETS  # noqa: E402
 from elmo.data.chars import batch_to_ids  # noqa: E402
 from elmo.io.official import export_official, load_official  # noqa: E402
 from elmo.model.bilm import BiLM  # noqa: E402
-from elmo.training.lm import init_like_bilm_tf  # noqa: E402
 
 
 def random_bilm(size: str, seed: int = 0, gain: float = 2.0) -> BiLM:
     torch.manual_seed(seed)
-    model = BiLM.from_config(PRESETS[size])
-    init_like_bilm_tf(model)
+    model = BiLM.from_config(PRESETS[size])  # initialised as bilm-tf initialises
     with torch.no_grad():
         for stack in (model.forward_stack, model.backward_stack):
             for layer in stack.layers:

@@ -24,7 +24,7 @@ from elmo.model.char_cnn import CharEncoder
 from elmo.model.lstm import LSTMStack, State, build_lstm_stack
 from elmo.model.state import StateCarrier, zero_state
 
-StackRun = Callable[[torch.Tensor, list[int], list[State]], tuple[list[torch.Tensor], list[State]]]
+StackResult = tuple[list[torch.Tensor], list[State]]  # every layer's output (B, T, P), every layer's final state
 
 
 @dataclass
@@ -42,8 +42,10 @@ class Runner(NamedTuple):
     """What one forward pass runs: the trainable modules (``BiLM``) or an inference engine's frozen copies."""
 
     encode: Callable[[torch.Tensor], torch.Tensor]  # (N, W) ids of real tokens -> (N, P)
-    forward_stack: StackRun  # (B, T, P) sorted longest first, batch_sizes, states -> layer outputs, final states
-    backward_stack: StackRun
+    # (x forward, x backward: (B, T, P) sorted longest first, batch_sizes, states forward, states backward)
+    #   -> (layer outputs, final states) of the forward stack, then of the backward stack
+    stacks: Callable[[torch.Tensor, torch.Tensor, list[int], list[State], list[State]],
+                     tuple[StackResult, StackResult]]
     dtype: torch.dtype  # of the token layer
 
 
@@ -82,8 +84,8 @@ class BiLM(nn.Module):
         self._carrier.reset()
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
-        runner = Runner(self.char_encoder.encode, self.forward_stack, self.backward_stack,
-                        self.char_encoder.projection.weight.dtype)
+        stacks = lambda xf, xb, sizes, sf, sb: (self.forward_stack(xf, sizes, sf), self.backward_stack(xb, sizes, sb))
+        runner = Runner(self.char_encoder.encode, stacks, self.char_encoder.projection.weight.dtype)
         return run_bilm(self.config, runner, char_ids, self._carrier if self.stateful else None)
 
 
@@ -112,10 +114,10 @@ def run_bilm(config: ElmoConfig, runner: Runner, char_ids: torch.Tensor, carrier
     h0, c0 = (carrier.initial(batch, l.projection_dim, l.dim, l.n_layers, tokens) if carrier is not None
               else zero_state(l.n_layers, batch, l.projection_dim, l.dim, tokens))  # (2, L, B, P), (2, L, B, C)
     h0, c0 = h0[:, :, order], c0[:, :, order]
-    fwd, fwd_final = runner.forward_stack(x, batch_sizes, [(h0[0, i], c0[0, i]) for i in range(l.n_layers)])
     flip = reverse_index(lengths_sorted, longest)  # (B, T') reverses each row within its own length
-    bwd, bwd_final = runner.backward_stack(_gather_time(x, flip), batch_sizes,
-                                           [(h0[1, i], c0[1, i]) for i in range(l.n_layers)])
+    (fwd, fwd_final), (bwd, bwd_final) = runner.stacks(
+        x, _gather_time(x, flip), batch_sizes, [(h0[0, i], c0[0, i]) for i in range(l.n_layers)],
+        [(h0[1, i], c0[1, i]) for i in range(l.n_layers)])
     bwd = [_gather_time(out, flip) for out in bwd]  # back to reading order
 
     pad = steps - longest

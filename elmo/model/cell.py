@@ -35,7 +35,8 @@ class StepRecord(NamedTuple):
 def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Tensor], torch.Tensor],
               cell_clip: float | None, proj_clip: float | None, in_place: bool = False,
               record: StepRecord | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gate pre-activations z (n, 4C), previous memory c_prev (n, C) -> (r (n, P), c (n, C)).
+    """Gate pre-activations z (n, 4C), previous memory c_prev (n, C) -> (r (n, P), c (n, C)); any leading axes
+    (an engine runs both directions at once as (n, 2, 4C)).
 
     ``project`` maps m (n, C) to m W_proj^T (n, P). ``in_place`` overwrites z with its activated gates and
     reuses buffers (inference and ``LayerSequence``: fewer passes over memory); not for autograd. Same values
@@ -44,8 +45,8 @@ def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Te
     cells = c_prev.shape[-1]
     # gates: i, f, o = sigmoid(.), g = tanh(.)                                  each (n, C)
     if in_place:
-        z[:, : 2 * cells].sigmoid_()  # i, f
-        z[:, 3 * cells :].sigmoid_()  # o
+        z[..., : 2 * cells].sigmoid_()  # i, f
+        z[..., 3 * cells :].sigmoid_()  # o
         i, f, g, o = z.chunk(4, dim=-1)
         g.tanh_()
     else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,6 +39,25 @@ class CharEncoder(nn.Module):
         self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.n_filters, output_dim)
         self._activation = torch.tanh if config.activation == "tanh" else F.relu
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """bilm-tf's initialisation: character embeddings U(-1, 1) (the padding row 0), CNN kernels U(-0.05, 0.05),
+        highway and projection weights N(0, sqrt(1 / F)) with the highway gate's bias -2, other biases 0."""
+        n_filters = self.config.n_filters
+        with torch.no_grad():
+            self.char_embedding.weight.uniform_(-1.0, 1.0)
+            self.char_embedding.weight[0].zero_()
+            for conv in self.convolutions:
+                conv.weight.uniform_(-0.05, 0.05)
+                conv.bias.zero_()
+            for highway in self.highways:
+                for linear in (highway.gate, highway.transform):
+                    linear.weight.normal_(0.0, math.sqrt(1.0 / n_filters))
+                highway.gate.bias.fill_(-2.0)
+                highway.transform.bias.zero_()
+            self.projection.weight.normal_(0.0, math.sqrt(1.0 / n_filters))
+            self.projection.bias.zero_()
 
     @property
     def output_dim(self) -> int:

@@ -51,10 +51,15 @@ class ProjectedLSTMLayer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.cell_size)
-        for weight in (self.weight_ih, self.weight_hh, self.weight_proj):
-            nn.init.uniform_(weight, -bound, bound)
+        """bilm-tf's initialisation (docs/training.md): kernels Glorot-uniform, biases 0 with TensorFlow's constant
+        +1 on the forget gate folded in."""
         with torch.no_grad():
+            # TF's kernel is one (In + P, 4C) matrix: the Glorot bound uses its fan-in and fan-out
+            bound = math.sqrt(6.0 / (self.input_size + self.proj_size + 4 * self.cell_size))
+            self.weight_ih.uniform_(-bound, bound)
+            self.weight_hh.uniform_(-bound, bound)
+            proj_bound = math.sqrt(6.0 / (self.cell_size + self.proj_size))
+            self.weight_proj.uniform_(-proj_bound, proj_bound)
             self.bias.zero_()
             self.bias[self.cell_size : 2 * self.cell_size] = 1.0  # TensorFlow's constant forget bias
 
@@ -96,12 +101,13 @@ def run_layer(x: torch.Tensor, batch_sizes: list[int], state: State,
 
     ``products``: the multipliers by W_ih^T (In -> 4C), W_hh^T (P -> 4C) and W_proj^T (C -> P). ``buffer(rows,
     cols, like)``: a reusable output buffer for the input projections (inference), or None for fresh tensors.
-    Without gradients the steps run in place (``lstm_step(in_place=True)``).
+    Without gradients the steps run in place (``lstm_step(in_place=True)``). Rows may carry a trailing axis before
+    the features (x (B, T, 2, In), h (B, 2, P), c (B, 2, C)): an engine's two directions in one loop.
     """
     input_product, recurrent_product, projection = products
     h, c = state
     if not batch_sizes:
-        return x.new_zeros(*x.shape[:2], h.shape[-1]), (h, c)
+        return x.new_zeros(*x.shape[:2], *h.shape[1:]), (h, c)
     packed = packed_positions(x, batch_sizes)  # (N, In)
     offsets = [0]
     for n in batch_sizes:
@@ -134,14 +140,15 @@ def run_layer(x: torch.Tensor, batch_sizes: list[int], state: State,
 
 
 def pad_steps(steps: list[torch.Tensor], batch: int, length: int) -> torch.Tensor:
-    """Per-step outputs (n_t, P), n_t non-increasing -> (B, T, P), zeros where a row had ended.
+    """Per-step outputs (n_t, P), n_t non-increasing -> (B, T, P), zeros where a row had ended (any trailing axes:
+    (n_t, 2, P) -> (B, T, 2, P)).
 
     Stacking is one copy (and autograd-friendly); writing step by step into a buffer would make autograd copy
     the whole buffer once per step in the backward pass.
     """
     if steps and all(s.shape[0] == batch for s in steps) and len(steps) == length:
         return torch.stack(steps, dim=1)
-    out = steps[0].new_zeros(batch, length, steps[0].shape[-1]) if steps else None
+    out = steps[0].new_zeros(batch, length, *steps[0].shape[1:]) if steps else None
     for t, r in enumerate(steps):
         out[: r.shape[0], t] = r
     return out

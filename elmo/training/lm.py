@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from typing import Sequence
 
@@ -28,10 +27,8 @@ class LanguageModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: ElmoConfig, vocab_size: int, dropout: float = 0.1) -> "LanguageModel":
-        """A new model, initialised as bilm-tf initialises it (TRAINING.md, "Model and loss")."""
-        model = cls(BiLM.from_config(config), LMSoftmax(vocab_size, config.lstm.projection_dim), dropout)
-        init_like_bilm_tf(model.bilm)
-        return model
+        """A new model, initialised as bilm-tf initialises it (the modules' own ``reset_parameters``)."""
+        return cls(BiLM.from_config(config), LMSoftmax(vocab_size, config.lstm.projection_dim), dropout)
 
     def forward(self, forward: tuple[torch.Tensor, torch.Tensor], backward: tuple[torch.Tensor, torch.Tensor],
                 states: list[list[State]], samples: Sequence[tuple[torch.Tensor, int]] | None,
@@ -113,34 +110,3 @@ class LanguageModel(nn.Module):
         l = self.bilm.config.lstm
         return [[(torch.zeros(batch, l.projection_dim, device=device), torch.zeros(batch, l.dim, device=device))
                  for _ in range(l.n_layers)] for _ in range(2)]
-
-
-def init_like_bilm_tf(bilm: BiLM) -> None:
-    """Character embeddings U(-1, 1); CNN kernels U(-0.05, 0.05); highway and projection N(0, sqrt(1/F)) with the
-    highway gate bias -2; LSTM kernels Glorot-uniform, biases 0 (+1 on the forget gate, TF's constant)."""
-    encoder = bilm.char_encoder
-    n_filters = encoder.config.n_filters
-    with torch.no_grad():
-        encoder.char_embedding.weight.uniform_(-1.0, 1.0)
-        encoder.char_embedding.weight[0].zero_()
-        for conv in encoder.convolutions:
-            conv.weight.uniform_(-0.05, 0.05)
-            conv.bias.zero_()
-        for highway in encoder.highways:
-            for linear in (highway.gate, highway.transform):
-                linear.weight.normal_(0.0, math.sqrt(1.0 / n_filters))
-            highway.gate.bias.fill_(-2.0)
-            highway.transform.bias.zero_()
-        encoder.projection.weight.normal_(0.0, math.sqrt(1.0 / n_filters))
-        encoder.projection.bias.zero_()
-        for stack in (bilm.forward_stack, bilm.backward_stack):
-            for layer in stack.layers:
-                # TF's kernel is one (In + P, 4C) matrix: Glorot bounds use its fan-in and fan-out
-                fan_in, fan_out = layer.input_size + layer.proj_size, 4 * layer.cell_size
-                bound = math.sqrt(6.0 / (fan_in + fan_out))
-                layer.weight_ih.uniform_(-bound, bound)
-                layer.weight_hh.uniform_(-bound, bound)
-                proj_bound = math.sqrt(6.0 / (layer.cell_size + layer.proj_size))
-                layer.weight_proj.uniform_(-proj_bound, proj_bound)
-                layer.bias.zero_()
-                layer.bias[layer.cell_size : 2 * layer.cell_size] = 1.0
