@@ -36,6 +36,14 @@ def matmul_peak_gflops(n: int | None = None, repeats: int = 10, device: str | to
     return 2 * n**3 / best / 1e9
 
 
+def memory_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
+    """Best GB/s of a streaming read (a sum) over a float32 buffer of ``gib`` GiB, far larger than the last-level
+    cache, with the current thread setting: the rate at which weights can stream from memory."""
+    buffer = torch.ones(int(gib * (1 << 30)) // 4)
+    seconds = best_time(lambda: buffer.sum(), repeats)
+    return buffer.numel() * 4 / seconds / 1e9
+
+
 def step_products_gflops(config: ElmoConfig, rows: int = 32, repeats: int = 20,
                          device: str | torch.device = "cpu") -> float:
     """GFLOP/s of one LSTM step's two products alone (rows x P by P x 4C, rows x C by C x P), through the fast

@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from elmo.config import PRESETS  # noqa: E402
 from elmo.data.chars import batch_to_ids  # noqa: E402
 from elmo.io.official import export_official, load_official  # noqa: E402
+from elmo.model import lstm  # noqa: E402
 from elmo.model.bilm import BiLM  # noqa: E402
+from elmo.model.cell import lstm_step  # noqa: E402
 
 
 def random_bilm(size: str, seed: int = 0, gain: float = 2.0) -> BiLM:
@@ -37,21 +39,22 @@ def random_bilm(size: str, seed: int = 0, gain: float = 2.0) -> BiLM:
 
 
 def clip_rates(model: BiLM, sentences: list[list[str]]) -> tuple[float, float]:
-    """Share of cell values and of projected outputs at the clip bound, over the given sentences."""
+    """Share of cell values and of projected outputs at the clip bound, over the given sentences (every layer)."""
     hits = {"cell": [0, 0], "proj": [0, 0]}
-    layer = model.forward_stack.layers[0]
-    original = layer.step
+    config = model.config.lstm
 
-    def counting_step(z, c_prev):
-        r, c = original(z, c_prev)
-        hits["cell"][0] += int((c.abs() >= layer.cell_clip - 1e-6).sum()); hits["cell"][1] += c.numel()
-        hits["proj"][0] += int((r.abs() >= layer.proj_clip - 1e-6).sum()); hits["proj"][1] += r.numel()
+    def counting_step(z, c_prev, project, cell_clip, proj_clip, **kwargs):
+        r, c = lstm_step(z, c_prev, project, cell_clip, proj_clip, **kwargs)
+        hits["cell"][0] += int((c.abs() >= config.cell_clip - 1e-6).sum()); hits["cell"][1] += c.numel()
+        hits["proj"][0] += int((r.abs() >= config.proj_clip - 1e-6).sum()); hits["proj"][1] += r.numel()
         return r, c
 
-    layer.step = counting_step
-    with torch.no_grad():
-        model(batch_to_ids(sentences))
-    del layer.step
+    lstm.lstm_step = counting_step
+    try:
+        with torch.no_grad():
+            model(batch_to_ids(sentences))
+    finally:
+        lstm.lstm_step = lstm_step
     return hits["cell"][0] / hits["cell"][1], hits["proj"][0] / hits["proj"][1]
 
 

@@ -1,0 +1,254 @@
+"""The measured sections of ``benchmarks/report.py``; each returns its Markdown lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from common import DATA, flops_per_token, sentences
+from random_weights import random_bilm
+
+from elmo.data.chars import batch_to_ids
+from elmo.data.vocab import Vocabulary
+from elmo.io.native import save_model
+from elmo.io.official import export_official
+from elmo.model.bilm import BiLMOutput
+from elmo.model.engine import InferenceEngine
+from elmo.training.config import TrainConfig
+from elmo.training.trainer import Trainer
+from tests.reference_engines import reference_forward
+
+ROOT = Path(__file__).resolve().parents[1]
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+# ---- inference ----------------------------------------------------------------------------------------------------
+
+def _per_sentence(out: BiLMOutput, batch: list[list[str]]) -> list[torch.Tensor]:
+    """Every layer of each sentence without its boundaries: (L+1, n, 2P) each."""
+    stacked = torch.stack(out.layers, 1)  # (B, L+1, T+2, 2P)
+    return [stacked[row, :, 1 : len(s) + 1].clone() for row, s in enumerate(batch)]
+
+
+def _pass(run, batches: list[list[list[str]]]) -> tuple[float, list[torch.Tensor]]:
+    """Seconds of one pass over the batches and the per-sentence outputs, in the batches' order."""
+    ids = [batch_to_ids(b) for b in batches]
+    arrays = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        outs = [run(x) for x in ids]
+    seconds = time.perf_counter() - start
+    for out, batch in zip(outs, batches):
+        arrays += _per_sentence(out, batch)
+    return seconds, arrays
+
+
+def _diff(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    return max((float((a - b).abs().max()) for a, b in zip(got, want) if a.numel()), default=0.0)
+
+
+def inference_section(peak: float, bandwidth: float) -> list[str]:
+    model = random_bilm("original")
+    flops = flops_per_token(model.config)
+    lstm = model.config.lstm
+    weight_bytes = 4 * 2 * lstm.n_layers * 5 * lstm.dim * lstm.projection_dim
+    limits = {1: {p: bandwidth * 1e9 / weight_bytes * f for p, f in zip(PRECISIONS, (1, 2, 4))},
+              32: {p: peak * 1e9 / flops for p in PRECISIONS}}
+    lines = ["## Inference, original-size model (93.6 M parameters)", "",
+             "Deterministic mode; 12 sentences at batch 1, 128 at batch 32 (1B Word Benchmark held-out dev, in file "
+             "order, or sorted by length first as `Embedder` and `elmo embed` do). % of limit: of the batch-1 "
+             "bandwidth limit for the precision's weights at batch 1, of the compute limit at batch 32. "
+             "Max abs diff: every layer against the reference in float32.", "",
+             "| batch | order | path | tokens/s | % of limit | x reference | max abs diff |",
+             "| ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    for size, count in ((1, 12), (32, 128)):
+        text = sentences(count)
+        tokens = sum(len(s) for s in text)
+        batches = [text[i : i + size] for i in range(0, len(text), size)]
+        reference_seconds, reference = _pass(lambda x: reference_forward(model, x), batches)
+        lines.append(f"| {size} | file | reference (AllenNLP's computation) | {tokens / reference_seconds:,.0f} | "
+                     f"{100 * tokens / reference_seconds / limits[size]['fp32']:.0f}% | 1.00 | 0 |")
+        orders = [("file", batches, list(range(len(text))))]
+        if size > 1:
+            order = sorted(range(len(text)), key=lambda i: -len(text[i]))
+            ranked = [text[i] for i in order]
+            orders.append(("sorted", [ranked[i : i + size] for i in range(0, len(ranked), size)], order))
+        for name, these, index in orders:
+            for precision in PRECISIONS:
+                engine = InferenceEngine.build(model, precision)
+                _pass(engine, these[:2])  # warm-up
+                engine.forget_tokens()
+                seconds, arrays = min((_pass(engine, these) for _ in range(2)), key=lambda r: r[0])
+                by_sentence = [None] * len(text)
+                for i, array in zip(index, arrays):
+                    by_sentence[i] = array
+                rate = tokens / seconds
+                lines.append(f"| {size} | {name} | {precision} | {rate:,.0f} | "
+                             f"{100 * rate / limits[size][precision]:.0f}% | {reference_seconds / seconds:.2f} | "
+                             f"{_diff(by_sentence, reference):.1e} |")
+                sys.stderr.write(lines[-1] + "\n")
+    return lines + [""]
+
+
+# ---- start-up -------------------------------------------------------------------------------------------------------
+
+REFERENCE_COMMAND = r"""
+import sys, h5py, torch
+sys.path.insert(0, {root!r})
+from elmo.data.chars import batch_to_ids
+from elmo.io.official import load_official
+from tests.reference_engines import reference_forward
+model = load_official({options!r}, {weights!r})
+lines = [l.split() for l in open({text!r}, encoding="utf-8")]
+with h5py.File({out!r}, "w") as f:
+    for start in range(0, len(lines), 32):
+        batch = lines[start : start + 32]
+        out = reference_forward(model, batch_to_ids(batch))
+        for row, s in enumerate(batch):
+            f[str(start + row)] = out.layers[-1][row, 1 : len(s) + 1].numpy()
+"""
+
+
+def _process_seconds(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - start
+
+
+def startup_section(work: Path, count: int) -> list[str]:
+    model = random_bilm("original")
+    options, weights = export_official(model, work / "official")
+    ours = save_model(model, work / "ours")
+    text = work / "sentences.txt"
+    text.write_text("\n".join(" ".join(s) for s in sentences(count)) + "\n", encoding="utf-8")
+    env = {**os.environ, "ELMO_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT)}
+    python = sys.executable
+    first = "from elmo import Embedder; Embedder.from_pretrained({}).embed('The bank closed .')"
+    pair = f"options={str(options)!r}, weights={str(weights)!r}"
+    timings = [("`python -c 'import elmo'`", _process_seconds([python, "-c", "import elmo"], env)),
+               ("first vector, official HDF5 (first use)", _process_seconds([python, "-c", first.format(pair)], env)),
+               ("first vector, official HDF5 (again)", _process_seconds([python, "-c", first.format(pair)], env)),
+               ("first vector, our format", _process_seconds([python, "-c", first.format(repr(str(ours)))], env))]
+    embed = [python, "-m", "elmo", "embed", str(text), str(work / "out.hdf5"), "--top", "--batch-size", "32",
+             "--quiet"]
+    ours_seconds = _process_seconds(embed + ["--model", str(ours)], env)
+    official_seconds = _process_seconds(embed[:5] + [str(work / "out2.hdf5")] + embed[6:]
+                                        + ["--options", str(options), "--weights", str(weights)], env)
+    reference = REFERENCE_COMMAND.format(root=str(ROOT), options=str(options), weights=str(weights), text=str(text),
+                                         out=str(work / "reference.hdf5"))
+    reference_seconds = _process_seconds([python, "-c", reference], env)
+    lines = ["## Start-up and the whole command", "",
+             "Fresh processes, from start to exit. First vector: load the model, embed one sentence. The whole "
+             f"command: {count} sentences of the 1B Word Benchmark held-out dev set through `elmo embed --top "
+             "--batch-size 32`, beside the reference (AllenNLP's computation over the official files, batches of 32 "
+             "in file order, the top layer written to HDF5).", "",
+             "| what | seconds |", "| --- | ---: |"]
+    lines += [f"| {name} | {seconds:.1f} |" for name, seconds in timings]
+    lines += [f"| `elmo embed`, our format | {ours_seconds:.1f} |",
+              f"| `elmo embed`, official HDF5 | {official_seconds:.1f} |",
+              f"| reference, official HDF5 | {reference_seconds:.1f} |",
+              "", f"`elmo embed` is {reference_seconds / ours_seconds:.1f}x (our format) and "
+              f"{reference_seconds / official_seconds:.1f}x (official files) as fast as the reference, whole process.",
+              ""]
+    return lines
+
+
+# ---- training -------------------------------------------------------------------------------------------------------
+
+def _prepare_slice(work: Path, bilmtf: Path) -> Path:
+    out = work / "imdb2m"
+    subprocess.run([sys.executable, str(bilmtf), "prepare", "--imdb", str(DATA / "en" / "imdb" / "reviews.jsonl.gz"),
+                    "--tokens", "2000000", "--max-vocab", "50000", "--out-dir", str(out)], check=True,
+                   capture_output=True)
+    return out
+
+
+def _ours(preset: str, data: Path, batches: int, warmup: int, out: Path) -> tuple[float, list[float]]:
+    config = TrainConfig.load(preset).replace(max_steps=10**9, checkpoint_every=10**9)
+    trainer = Trainer(config, [data / "train.txt"], out, vocab=Vocabulary.load(data / "vocab.txt"), progress=False)
+    losses = [trainer.train_step()["loss"] for _ in range(warmup)]
+    start = time.perf_counter()
+    losses += [trainer.train_step()["loss"] for _ in range(batches - warmup)]
+    seconds = time.perf_counter() - start
+    return config.batch_size * config.unroll_steps * (batches - warmup) / seconds, losses
+
+
+def _bilmtf(python: str, bilmtf: Path, preset: str, data: Path, batches: int, warmup: int,
+            out: Path) -> tuple[float, list[float]]:
+    subprocess.run([python, str(bilmtf), "train", "--preset", preset, "--train", str(data / "train.txt"), "--vocab",
+                    str(data / "vocab.txt"), "--batches", str(batches), "--warmup", str(warmup), "--out", str(out)],
+                   check=True, capture_output=True)
+    result = json.loads(out.read_text())
+    return result["tokens_per_s"], result["loss"]
+
+
+def _windows(losses: list[float], size: int = 30) -> list[float]:
+    return [statistics.fmean(losses[i : i + size]) for i in range(0, len(losses) - size + 1, size)]
+
+
+def training_section(work: Path, python: str, bilmtf: Path, batches: int) -> list[str]:
+    has_tf = Path(python).exists()
+    data = _prepare_slice(work, bilmtf)
+    lines = ["## Training, side by side with bilm-tf's trainer", "",
+             "The same 2 M-token IMDB slice and 50,003-word vocabulary (bilm-tf's harness `prepare`), the same preset, "
+             "one process at a time; tokens/s = rows x unroll steps per batch after 5 warm-up batches. Loss: mean "
+             "sampled-softmax loss of both directions per 30-batch window.", "",
+             "| preset | batches | elmo tokens/s | bilm-tf tokens/s | x bilm-tf | elmo loss by window | "
+             "bilm-tf loss by window | largest window difference |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for preset, n in (("tiny", batches), ("small-cpu", 30)):
+        ours, our_losses = _ours(preset, data, n, 5, work / f"run-{preset}")
+        if has_tf:
+            theirs, their_losses = _bilmtf(python, bilmtf, preset, data, n, 5, work / f"bilmtf-{preset}.json")
+        else:
+            theirs, their_losses = float("nan"), []
+        mine, peer = _windows(our_losses), _windows(their_losses)
+        gap = max((abs(a - b) / b for a, b in zip(mine, peer)), default=float("nan"))
+        lines.append(f"| {preset} | {n} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f} | "
+                     f"{' '.join(f'{x:.2f}' for x in mine)} | {' '.join(f'{x:.2f}' for x in peer)} | {gap:.1%} |")
+        sys.stderr.write(lines[-1] + "\n")
+    if not has_tf:
+        lines += ["", f"bilm-tf was not run: no Python at {python}. Set it up as `tools/bilmtf/README` says "
+                  "(a venv with tensorflow-cpu 2.21 and tf_keras) and pass `--bilmtf-python`."]
+    return lines + [""]
+
+
+# ---- memory on long files ---------------------------------------------------------------------------------------
+
+MEMORY_WORKER = r"""
+import resource, sys, time
+sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+from random_weights import random_bilm
+from elmo.embed_file import embed_file
+from elmo.memory import fix_mmap_threshold
+fix_mmap_threshold()  # as `elmo embed` does
+model = random_bilm("tiny")
+start = time.perf_counter()
+n = embed_file(model, {src!r}, {dst!r}, layers="top", batch_size=64, progress=False)
+print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def memory_section(work: Path, counts: list[int]) -> list[str]:
+    pool = [" ".join(s) for s in sentences(12_000)]
+    lines = ["## Memory of embedding long files", "",
+             "Peak RSS of a fresh process embedding a file with the tiny model (top layer, HDF5), the input cycling "
+             "through the 1B Word Benchmark held-out dev sentences: it should not grow with the file.", "",
+             "| sentences | seconds | sentences/s | peak RSS (MB) |", "| ---: | ---: | ---: | ---: |"]
+    for count in counts:
+        src = work / f"long{count}.txt"
+        src.write_text("\n".join(pool[i % len(pool)] for i in range(count)) + "\n", encoding="utf-8")
+        code = MEMORY_WORKER.format(root=str(ROOT), bench=str(ROOT / "benchmarks"), src=str(src),
+                                    dst=str(work / f"long{count}.hdf5"))
+        n, seconds, rss = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                         check=True).stdout.split()
+        lines.append(f"| {int(n):,} | {float(seconds):.0f} | {int(n) / float(seconds):,.0f} | {float(rss):,.0f} |")
+        src.unlink()
+    return lines + [""]
