@@ -338,8 +338,6 @@ def test_init_from_the_official_format(text_slices, tmp_path):
     from elmo.io.official import load_official
     from tests.conftest import OPTIONS, WEIGHTS
 
-    if not WEIGHTS.is_file():
-        pytest.skip("the official fixtures are not in ../shared/data")
     train, _, vocab_file = text_slices
     folder = tmp_path / "official"
     folder.mkdir()
