@@ -28,7 +28,7 @@ class LanguageModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: ElmoConfig, vocab_size: int, dropout: float = 0.1) -> "LanguageModel":
-        """A new model, initialised as bilm-tf initialises it (TRAINING.md, "Model and loss")."""
+        """A new model, initialised as bilm-tf initialises it (docs/training.md §3)."""
         model = cls(BiLM.from_config(config), LMSoftmax(vocab_size, config.lstm.projection_dim), dropout)
         init_like_bilm_tf(model.bilm)
         return model
