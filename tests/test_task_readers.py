@@ -432,4 +432,4 @@ def test_real_semeval2007_first_sense_baseline():
     index = read_wordnet_index_sense(real("en/wordnet/index.sense.gz"))
     assert sum(map(len, index.values())) == 206941
     correct = sum(first_sense(index, s.lemmas[i], s.pos[i]) in keys for s, i, keys in instances)
-    assert round(100 * correct / len(instances), 1) == 55.2  # WordNet first sense on SE07, as in docs/analysis.md
+    assert round(100 * correct / len(instances), 1) == 55.2  # WordNet first sense on SE07, as in docs/results.md
