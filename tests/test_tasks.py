@@ -104,6 +104,7 @@ def test_feature_cache_is_reused_and_matches_the_embedder(model_dir, tmp_path):
     assert len(list(tmp_path.iterdir())) == 2  # different sentences, different file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,fmt,train,dev,extra", [
     ("ner", "conll2003", "en/conll2003/train.txt.gz", "en/conll2003/valid.txt.gz", []),
     ("pos", "conllu", "en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/ud-ewt/en_ewt-ud-dev.conllu.gz", []),
@@ -153,6 +154,7 @@ def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert "does not fit task" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_data("en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/wsd/semcor/semcor.data.xml.gz", "en/wordnet/index.sense.gz")
 def test_probe_commands_print_a_row_per_layer_and_the_static_baseline(model_dir, tmp_path, capsys):
     text = tmp_path / "text.txt"

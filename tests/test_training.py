@@ -24,6 +24,7 @@ def _ppl(trainer, dev):
     return result
 
 
+@pytest.mark.slow
 def test_tiny_preset_halves_held_out_perplexity_in_both_directions(review_slices, tmp_path, report):
     """Both LMs learn, and each reads a sentence from the zero state (as embedding does) as well as from a carried
     state. Without zero-state sentence starts in training (``zero_state_share = 0``, bilm-tf's way), this very run
