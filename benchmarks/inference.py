@@ -25,13 +25,17 @@ from random_weights import random_bilm  # noqa: E402
 
 from elmo.data.chars import batch_to_ids  # noqa: E402
 from elmo.embed import Embedder  # noqa: E402
+from elmo.model.engine import InferenceEngine  # noqa: E402
 from tests.reference_engines import reference_forward, use_fused_lstm  # noqa: E402
 
 
 def run_batches(model, batches, reference=False):
-    """One pass over the sentences, starting cold: the token memo is emptied first, so each timed pass pays for
-    its own character CNN work (repeats within the pass are what the memo saves)."""
-    model.char_encoder.forget_tokens()
+    """One pass over the sentences through an engine (or a module), starting cold: an engine's token memo is emptied
+    and its carried states forgotten first, so each timed pass pays for its own character CNN work (repeats within
+    the pass are what the memo saves)."""
+    if isinstance(model, InferenceEngine):
+        model.forget_tokens()
+        model.reset_states()
     outputs = []
     with torch.inference_mode():
         for ids in batches:
@@ -42,7 +46,6 @@ def run_batches(model, batches, reference=False):
 
 def embedder_pass(model, text, size):
     """The whole input through ``Embedder.embed`` (sorted by length, batches of ``size``, input order restored)."""
-    model.char_encoder.forget_tokens()
     device = next(model.parameters()).device
     return Embedder(model, max_batch_size=size, max_tokens=1 << 30, device=device).embed(text)
 
@@ -115,20 +118,14 @@ def main() -> None:
     print("| ---: | --- | ---: | ---: | ---: | ---: |")
     reference_sizes = {int(b) for b in args.reference_batch_sizes.split(",") if b}
     vocabulary = {w for s in text for w in s} | {"<S>", "</S>"}
-    # each path: (name, set-up, tear-down); every path runs the same batches through runners["model"]
-    runners = {"model": model}
+    # each path: (name, what runs it); every path runs the same batches; each engine lives only for its row
     paths = [
-        ("fast, deterministic", lambda: None, lambda: None),
-        ("fast, token cache (every word cached)", lambda: model.cache_tokens(vocabulary),
-         lambda: model.cache_tokens(None)),
-        ("optional: bf16 matmuls", lambda: model.set_matmul_precision("bf16"),
-         lambda: model.set_matmul_precision("fp32")),
-        ("optional: int8 LSTM products", lambda: model.set_matmul_precision("int8"),
-         lambda: model.set_matmul_precision("fp32")),
-        ("fast, stateful", lambda: (setattr(model, "stateful", True), model.reset_states()),
-         lambda: setattr(model, "stateful", False)),
-        ("optional: nn.LSTM (cuDNN on a GPU; clips ignored)", lambda: runners.update(model=fused_copy(model)),
-         lambda: runners.update(model=model)),  # the copy (a second set of weights) lives only for its row
+        ("fast, deterministic", lambda: InferenceEngine.build(model)),
+        ("fast, token cache (every word cached)", lambda: InferenceEngine.build(model, cache_words=sorted(vocabulary))),
+        ("optional: bf16 matmuls", lambda: InferenceEngine.build(model, "bf16")),
+        ("optional: int8 LSTM products", lambda: InferenceEngine.build(model, "int8")),
+        ("fast, stateful", lambda: InferenceEngine.build(model, stateful=True)),
+        ("optional: nn.LSTM (cuDNN on a GPU; clips ignored)", lambda: fused_copy(model)),
     ]
     if not on_cpu:
         paths = [path for path in paths if "int8" not in path[0]]  # CPU-only mode
@@ -139,14 +136,11 @@ def main() -> None:
             reference_time = best_time(lambda: run_batches(model, batches, reference=True), 1, device)
             reference_out = run_batches(model, batches, reference=True)
             row(size, "reference (per step, all slots)", n_tokens / reference_time, flops, peak, "1.00", "0")
-        for name, set_up, tear_down in paths:
-            set_up()
-            runner = runners["model"]
+        for name, make in paths:
+            runner = make()
             seconds = best_time(lambda: run_batches(runner, batches), args.repeats, device)
-            if model.stateful:
-                model.reset_states()
             out = run_batches(runner, batches)
-            tear_down()
+            del runner
             ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
             diff = "-"
             if reference_out is not None and not name.endswith("stateful"):

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from elmo.data.chars import batch_to_ids
-from elmo.model.bilm import BiLM, remove_sentence_boundaries
+from elmo.model.bilm import remove_sentence_boundaries
+from elmo.model.engine import InferenceEngine
 from elmo.model.mix import Layers, select_layers
 
 
@@ -29,14 +30,14 @@ def length_batches(lengths: Sequence[int], max_batch_size: int, max_tokens: int)
 
 
 @torch.inference_mode()
-def run_batch(bilm: BiLM, batch: Sequence[Sequence[str]], layers: Layers = "all", pooling: str | None = None,
-              mix: torch.Tensor | None = None, device: str | torch.device = "cpu") -> list[np.ndarray]:
-    """One forward pass of ``bilm`` over ``batch`` in the given row order; one float32 array per sentence.
+def run_batch(engine: InferenceEngine, batch: Sequence[Sequence[str]], layers: Layers = "all", pooling: str | None = None,
+              mix: torch.Tensor | None = None) -> list[np.ndarray]:
+    """One forward pass of ``engine`` over ``batch`` in the given row order; one float32 array per sentence.
 
     In stateful mode the row order matters: row b continues from row b of the previous call.
     """
-    ids = batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token).to(device)  # (B, T, W)
-    out = bilm(ids)
+    ids = batch_to_ids(batch, engine.config.char_cnn.max_characters_per_token)  # (B, T, W)
+    out = engine(ids)
     mask = out.mask[:, 2:]  # (B, T) real tokens, boundaries dropped
     stacked = torch.stack([remove_sentence_boundaries(layer, out.mask)[0] for layer in out.layers], 1)
     if mix is None:

@@ -13,7 +13,8 @@ from torch import nn
 
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
-from elmo.model.bilm import BiLM, remove_sentence_boundaries
+from elmo.model.bilm import BiLM, BiLMOutput, remove_sentence_boundaries
+from elmo.model.engine import InferenceEngine
 from elmo.model.mix import ComponentProjection, ScalarMix
 
 
@@ -24,6 +25,11 @@ class Elmo(nn.Module):
     ``output="projection"``: each is the 1 + 2L components times a trainable matrix (D = ``projection_dim``).
     The biLM is frozen (and run without autograd) unless ``requires_grad=True``. Returns a dict with keys
     ``elmo_representations`` and ``mask``, the same as AllenNLP's ``Elmo``.
+
+    A frozen biLM runs through an ``InferenceEngine`` (packed matrices, remembered token vectors) built on the
+    first call from the weights as they are then, and built again after ``load_state_dict``, ``.to()`` / ``.cuda()``
+    and ``.eval()`` / ``.train(False)``; call ``drop_engine()`` after changing the biLM's weights by hand. Once any
+    biLM parameter requires a gradient, the biLM itself runs (with autograd).
     """
 
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
@@ -38,6 +44,7 @@ class Elmo(nn.Module):
         if output not in ("mix", "projection"):
             raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
         self.bilm = bilm
+        self._engine: InferenceEngine | None = None
         for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
             p.requires_grad_(requires_grad)
         self.output = output
@@ -61,6 +68,29 @@ class Elmo(nn.Module):
         """``Elmo`` over a biLM loaded from our directory or from the official options + weights pair.
         ``stateful=True``: AllenNLP's mode (LSTM state carried from batch to batch), for its exact numbers."""
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
+
+    def drop_engine(self) -> None:
+        """Forget the inference engine (the next frozen call builds a new one from the weights as they are)."""
+        self._engine = None
+
+    def reset_states(self) -> None:
+        """Stateful mode: forget the carried LSTM states, the next batch starts from zero."""
+        self.bilm.reset_states()
+        if self._engine is not None:
+            self._engine.reset_states()
+
+    def load_state_dict(self, *args, **kwargs):
+        self._engine = None  # new weights
+        return super().load_state_dict(*args, **kwargs)
+
+    def train(self, mode: bool = True) -> "Elmo":
+        if not mode:
+            self._engine = None  # evaluation after training: see the weights as they are now
+        return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):
+        self._engine = None  # moved or cast weights
+        return super()._apply(fn, *args, **kwargs)
 
     @property
     def output_dim(self) -> int:
@@ -97,8 +127,15 @@ class Elmo(nn.Module):
     def _forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
         # the parameters' own flags decide, so unfreezing them after construction (as with AllenNLP) fine-tunes
         tune = any(p.requires_grad for p in self.bilm.parameters())
-        with torch.set_grad_enabled(tune and torch.is_grad_enabled()):
+        if tune and torch.is_grad_enabled():
             out = self.bilm(char_ids)
+        else:
+            if self._engine is None or self._engine.device != char_ids.device:
+                self._engine = InferenceEngine.build(self.bilm, device=char_ids.device)
+            with torch.no_grad():
+                out = self._engine(char_ids)
+                out = BiLMOutput([t.clone() for t in out.layers], out.mask.clone(), out.token_vectors.clone(),
+                                 [t.clone() for t in out.forward_layers], [t.clone() for t in out.backward_layers])
         representations = []
         for readout in self.readouts:
             if isinstance(readout, ScalarMix):

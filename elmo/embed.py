@@ -27,6 +27,7 @@ from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.io.resolve import reference
 from elmo.model.bilm import BiLM
+from elmo.model.engine import InferenceEngine
 from elmo.model.mix import check_layers, scalar_weights
 from elmo.text.tokenize import get_tokenizer
 
@@ -49,6 +50,9 @@ class Embedder:
     most ``max_batch_size`` rows, then returned in the order given. ``tokenizer`` (a function or a name: "en",
     "ko", "ko-morph", "whitespace") splits raw-text input; by default it is the model's own (``bilm.tokenizer_name``,
     set by the loaders; whitespace when the model has none), so raw text is split as the model's training text was.
+
+    The biLM itself is not changed (not moved, not put in eval mode): the embedder runs an ``InferenceEngine`` built
+    from its weights as they are now (``embedder.engine``); after changing them, call ``embedder.engine.rebuild()``.
     """
 
     def __init__(self, bilm: BiLM, tokenizer: Callable[[str], list[str]] | str | None = None, max_tokens: int = 8192,
@@ -66,7 +70,7 @@ class Embedder:
             tokenizer = get_tokenizer(tokenizer)
         if not callable(tokenizer):
             raise InputTypeError(f"tokenizer must be a function str -> list[str] or a name, got {type(tokenizer).__name__}")
-        self.bilm = bilm.to(device).eval()
+        self.bilm = bilm  # not changed: inference runs on an engine built from it
         self.tokenizer = tokenizer
         self.model_name: str | None = None  # a name or path, when known (from_pretrained): recorded by embed_file
         self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
@@ -76,9 +80,8 @@ class Embedder:
         if weights.shape != (n,):
             raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
         self.mix = scalar_weights(weights, gamma)  # (L+1,): ScalarMix's arithmetic, fixed
-        self.bilm.set_matmul_precision(precision)  # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md)
-        if cache_words is not None:  # token layer precomputed for these words; others go through the CNN
-            self.bilm.cache_tokens(cache_words)
+        # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md); cache_words: their token layer precomputed
+        self.engine = InferenceEngine.build(bilm, precision, cache_words, device)
 
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
@@ -210,7 +213,7 @@ class Embedder:
                     shutil.copyfileobj(input_file, out)
                 return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
                                        use_sentence_keys, progress, tokenize=tokenize)
-        return embed_file(self.bilm, input_file, output_file_path, output_format, batch_size, forget_sentences,
+        return embed_file(self.engine, input_file, output_file_path, output_format, batch_size, forget_sentences,
                           use_sentence_keys, progress=progress, device=self.device, tokenize=tokenize,
                           model_name=self.model_name)
 
@@ -241,7 +244,7 @@ class Embedder:
     def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
                      pooling: str | None = None) -> list[np.ndarray]:
         """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence."""
-        return run_batch(self.bilm, batch, layers, pooling, self.mix, self.device)
+        return run_batch(self.engine, batch, layers, pooling, self.mix)
 
     def _token_lists(self, sentences: Text, split_into_words: bool | None) -> tuple[bool, list[list[str]]]:
         """(one sentence given?, token lists) under the input contract (module docstring)."""

@@ -33,8 +33,8 @@ from elmo.batching import length_batches, run_batch
 from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import NotUtf8Error, TextLineError, count_lines, numbered_lines
-from elmo.memory import fix_mmap_threshold
 from elmo.model.bilm import BiLM
+from elmo.model.engine import InferenceEngine
 from elmo.model.fingerprint import weights_sha256
 from elmo.model.mix import check_layers
 from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
@@ -73,7 +73,7 @@ def read_lines(path: str | Path, errors: str = "strict",
         raise InputFileError(str(err)) from None
 
 
-def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
+def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
                batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
                errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu",
                resume: bool = False, chunk_size: int | None = None, tokenize: Tokenize = None,
@@ -85,8 +85,8 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     (``bilm.tokenizer_name``; whitespace when it has none), or a function str -> list[str]. ``model_name`` (a name
     or path) is recorded in the output with the weights' sha256, the layers and the tokenizer (module docstring).
 
-    With a stateful ``bilm`` the lines run in file order, ``batch_size`` per batch, each line keeping its row
-    (AllenNLP's exact behaviour). A deterministic ``bilm`` gives the same vectors however lines are grouped, so
+    ``model``: an inference engine (used as it is), or a biLM (an fp32 engine is built on ``device``). With a stateful model the lines run in file order, ``batch_size`` per batch, each line keeping its row
+    (AllenNLP's exact behaviour). A deterministic model gives the same vectors however lines are grouped, so
     chunks of lines are sorted by length into batches for speed.
 
     Progress is kept chunk by chunk in ``OUTPUT.parts/`` (each part written atomically); the parts are merged into
@@ -94,26 +94,26 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
     length-sorted and saved at a time. With ``resume=True`` a killed run continues after its last complete
     part (same input and settings required); without it, leftover parts are discarded.
     """
+    bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
     if batch_size < 1:
         raise UsageError(f"batch size must be >= 1, got {batch_size}")
     _check_paths(Path(input_path), Path(output_path))
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
-    fix_mmap_threshold()  # flat memory over long files (elmo/memory.py)
-    bilm = bilm.to(device).eval()
+    engine = model if isinstance(model, InferenceEngine) else InferenceEngine.build(bilm, device=device)
     sha256 = weights_sha256(bilm)
     record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
     npz = str(output_path).lower().endswith(".npz")
-    if bilm.stateful:
+    if engine.stateful:
         chunk_size = batch_size  # one batch per chunk, in file order
     chunk_size = chunk_size or max(batch_size * 16, 1024)
     # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
     parts = PartStore(Path(str(output_path) + ".parts"),
-                      _run_fingerprint(bilm, input_path, layers, batch_size, use_sentence_keys, errors, sha256)
-                      | {"tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": bilm.matmul_precision},
+                      _run_fingerprint(engine, input_path, layers, batch_size, use_sentence_keys, errors, sha256)
+                      | {"tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": engine.precision},
                       resume)
-    if bilm.stateful and parts.completed:
-        bilm._carrier.state = _on_device(parts.carried_state(parts.completed - 1), device)
+    if engine.stateful and parts.completed:
+        engine.carrier.state = _on_device(parts.carried_state(parts.completed - 1), engine.device)
     sentence_to_index: dict[str, str] = {}
     seen_keys: set[str] = set()
     total = count_lines(input_path)
@@ -126,8 +126,8 @@ def embed_file(bilm: BiLM, input_path: str | Path, output_path: str | Path, laye
                 for line, key in zip(chunk, keys):
                     sentence_to_index[line.text] = key  # a repeated sentence maps to its last line, as AllenNLP
             if number >= parts.completed:  # not done by an earlier, killed run
-                arrays = _embed_chunk(bilm, chunk, layers, batch_size, device)
-                parts.write(number, keys, arrays, bilm._carrier.state if bilm.stateful else None)
+                arrays = _embed_chunk(engine, chunk, layers, batch_size)
+                parts.write(number, keys, arrays, engine.carrier.state if engine.stateful else None)
             number += 1
             bar.update(len(chunk))
     parts.merge_into(output_path, None if forget_sentences or use_sentence_keys else sentence_to_index,
@@ -257,24 +257,23 @@ def _on_device(state, device: str | torch.device):
     return None if state is None else tuple(t.to(device) for t in state)
 
 
-def _run_fingerprint(bilm: BiLM, input_path: str | Path, layers: str, batch_size: int, use_sentence_keys: bool,
+def _run_fingerprint(engine: InferenceEngine, input_path: str | Path, layers: str, batch_size: int, use_sentence_keys: bool,
                      errors: str, sha256: str) -> dict:
     stat = Path(input_path).stat()
     return {"input": str(Path(input_path).resolve()), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
-            "layers": layers, "batch_size": batch_size, "stateful": bilm.stateful, "sentence_keys": use_sentence_keys,
-            "errors": errors, "model": bilm.config.to_options(), "weights_sha256": sha256}
+            "layers": layers, "batch_size": batch_size, "stateful": engine.stateful, "sentence_keys": use_sentence_keys,
+            "errors": errors, "model": engine.config.to_options(), "weights_sha256": sha256}
 
 
-def _embed_chunk(bilm: BiLM, chunk: list[Line], layers: OutputLayers, batch_size: int,
-                 device: str | torch.device) -> list:
+def _embed_chunk(engine: InferenceEngine, chunk: list[Line], layers: OutputLayers, batch_size: int) -> list:
     # each chunk starts with an empty token memo, so a chunk's numbers never depend on the chunks before it: a
     # resumed run writes the same bits as an uninterrupted one
-    bilm.char_encoder.forget_tokens()
-    if bilm.stateful:  # one batch, rows in file order
-        return run_batch(bilm, [line.tokens for line in chunk], layers, device=device)
+    engine.forget_tokens()
+    if engine.stateful:  # one batch, rows in file order
+        return run_batch(engine, [line.tokens for line in chunk], layers)
     results: list = [None] * len(chunk)
     for rows in length_batches([len(line.tokens) for line in chunk], batch_size, MAX_TOKENS_PER_BATCH):
-        for i, array in zip(rows, run_batch(bilm, [chunk[i].tokens for i in rows], layers, device=device)):
+        for i, array in zip(rows, run_batch(engine, [chunk[i].tokens for i in rows], layers)):
             results[i] = array
     return results
 

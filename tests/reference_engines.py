@@ -23,6 +23,7 @@ from elmo.data.chars import add_sentence_boundaries
 from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, _gather_time, reverse_index
 from elmo.model.lstm import LSTMStack, ProjectedLSTMLayer, State
+from elmo.model.state import zero_state
 
 
 def reference_layer_forward(layer: ProjectedLSTMLayer, x: torch.Tensor, lengths: torch.Tensor,
@@ -70,7 +71,9 @@ def reference_forward(bilm: BiLM, char_ids: torch.Tensor) -> BiLMOutput:
     mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
     tokens = bilm.char_encoder(ids.view(-1, width), trim=False).view(batch, steps, -1)  # (B, T+2, P), all slots
     tokens = tokens * mask.unsqueeze(-1)
-    h0, c0 = bilm._initial_state(batch, tokens)  # (2, L, B, P), (2, L, B, C)
+    l = bilm.config.lstm
+    h0, c0 = (bilm._carrier.initial(batch, l.projection_dim, l.dim, l.n_layers, tokens) if bilm.stateful
+              else zero_state(l.n_layers, batch, l.projection_dim, l.dim, tokens))  # (2, L, B, P), (2, L, B, C)
     fwd, fwd_final = _reference_stack(bilm.forward_stack, tokens, lengths, h0[0], c0[0])
     flip = reverse_index(lengths, steps)
     bwd, bwd_final = _reference_stack(bilm.backward_stack, _gather_time(tokens, flip), lengths, h0[1], c0[1])
@@ -96,9 +99,6 @@ class FusedLayer(nn.Module):
             self.lstm.bias_hh_l0.zero_()
             self.lstm.weight_hr_l0.copy_(layer.weight_proj)
         self.lstm.to(layer.weight_ih.dtype)
-
-    def clear_cache(self) -> None:
-        """Nothing to drop: ``nn.LSTM`` reads its own weights on every call (``BiLM.clear_caches`` calls this)."""
 
     def forward(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
         h, c = state

@@ -235,6 +235,20 @@ def test_importing_elmo_loads_no_training_or_task_code():
     assert not heavy, f"import elmo loads {', '.join(heavy)}"
 
 
+def test_importing_elmo_registers_no_hooks_and_changes_no_global_setting():
+    """Nothing happens on import: no optimizer hooks (torch keeps them in a module-level dict), no thread count or
+    matmul precision changed."""
+    code = ("import torch, torch.optim.optimizer as o; before = (len(o._global_optimizer_post_hooks), "
+            "len(o._global_optimizer_pre_hooks), torch.get_num_threads(), torch.get_float32_matmul_precision()); "
+            "import elmo, elmo.cli, elmo.training.trainer, elmo.tasks.train; "
+            "after = (len(o._global_optimizer_post_hooks), len(o._global_optimizer_pre_hooks), "
+            "torch.get_num_threads(), torch.get_float32_matmul_precision()); print(before == after, before, after)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=env).stdout
+    assert out.startswith("True"), f"importing elmo changed global state: {out}"
+
+
 def test_no_module_over_400_lines():
     long = []
     for path in modules().values():

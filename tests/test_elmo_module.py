@@ -142,24 +142,6 @@ def test_words_instead_of_character_ids_is_one_clear_error():
         elmo(torch.zeros(2, 50, dtype=torch.long))
 
 
-def test_clear_caches_after_editing_weights_through_data():
-    """Edits through ``.data`` bypass PyTorch's version counter; ``clear_caches`` makes inference see them."""
-    bilm = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)  # large enough to pre-pack
-    ids = batch_to_ids(BATCH)
-    with torch.no_grad():
-        bilm(ids)
-        bilm.char_encoder.projection.weight.data.mul_(2)
-        bilm.forward_stack.layers[0].weight_hh.data.zero_()
-        bilm.clear_caches()
-        got = bilm(ids).layers
-    fresh = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)
-    with torch.no_grad():
-        fresh.char_encoder.projection.weight.mul_(2)
-        fresh.forward_stack.layers[0].weight_hh.zero_()
-        expected = fresh(ids).layers
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, expected))
-
-
 def test_allennlp_habits_work_or_say_what_to_write_instead():
     """What a user porting AllenNLP code does: int32 ids, (batch, choices, T, W) ids, get_output_dim, the mix's
     L2 penalty, and the AllenNLP constructor (a clear pointer to from_pretrained)."""
@@ -187,84 +169,3 @@ def test_layer_norm_in_half_precision_stays_finite():
     constant = torch.ones(1, 3, 4, dtype=torch.float16)
     out = mix([constant, constant], torch.ones(1, 3, dtype=torch.bool))
     assert torch.isfinite(out).all()
-
-
-@pytest.mark.parametrize("inference_before_step", [False, True])
-@pytest.mark.parametrize("make_optimizer", [
-    lambda params: torch.optim.SGD(params, lr=0.5),
-    lambda params: torch.optim.Adagrad(params, lr=0.5, fused=True),  # the trainer's choice on a CPU
-    lambda params: torch.optim.Adam(params, lr=0.5, fused=True),
-], ids=["sgd", "fused-adagrad", "fused-adam"])
-def test_inference_after_training_steps_sees_the_new_weights(make_optimizer, inference_before_step):
-    """Fused optimisers update the weights without bumping PyTorch's version counter; the inference caches
-    (pre-packed LSTM matrices, remembered token vectors) count optimiser steps too, whatever runs between the
-    backward pass and the step (a validation pass there fills the caches with the weights about to change)."""
-    bilm = random_bilm(small_config(dim=2048, projection_dim=512), seed=4)  # large enough to pre-pack
-    ids = batch_to_ids(BATCH)
-    with torch.no_grad():
-        before = bilm(ids).layers  # fills the caches
-    optimizer = make_optimizer(bilm.parameters())
-    for _ in range(2):
-        optimizer.zero_grad()
-        bilm(ids).layers[-1].pow(2).mean().backward()
-        if inference_before_step:
-            with torch.no_grad():
-                bilm(ids)
-        optimizer.step()
-    with torch.no_grad():
-        got = bilm(ids).layers
-    fresh = random_bilm(small_config(dim=2048, projection_dim=512), seed=5)
-    fresh.load_state_dict(bilm.state_dict())
-    with torch.no_grad():
-        expected = fresh(ids).layers
-    assert not torch.allclose(before[-1], expected[-1], atol=1e-3)  # the steps did change the model
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-
-
-def test_a_pass_under_autograd_without_an_optimiser_step_keeps_the_token_cache():
-    """Gradients alone (attribution, a forgotten no_grad) change no weight: the cache stays, without a warning."""
-    bilm = random_bilm(small_config())
-    bilm.cache_tokens(["The", "bank", "closed", "A", "river"])
-    ids = batch_to_ids(BATCH)
-    bilm(ids).layers[-1].sum().backward()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with torch.no_grad():
-            bilm(ids)
-    assert bilm.char_encoder.token_cache is not None
-
-
-def test_a_token_cache_is_dropped_once_training_changes_the_weights():
-    """The cache is read only without autograd: after an optimiser step a no_grad pass would use stale vectors."""
-    bilm = random_bilm(small_config())
-    elmo = Elmo(bilm, requires_grad=True, dropout=0.0)
-    ids = batch_to_ids(BATCH)
-    bilm.cache_tokens(["The", "bank", "closed", "A", "river"])
-    elmo.to("cpu").float()  # moving or casting keeps the cache
-    assert bilm.char_encoder.token_cache is not None
-    torch.optim.SGD(elmo.parameters(), lr=1.0).zero_grad()
-    elmo(ids)["elmo_representations"][0].pow(2).sum().backward()
-    torch.optim.SGD(elmo.parameters(), lr=1.0).step()
-    with torch.no_grad(), pytest.warns(UserWarning, match="token cache"):
-        cached = elmo(ids)["elmo_representations"][0]
-    assert bilm.char_encoder.token_cache is None
-    assert torch.allclose(cached, elmo(ids)["elmo_representations"][0], atol=1e-5)
-
-
-def test_an_optimiser_step_that_skips_the_frozen_bilm_keeps_its_caches():
-    """Optimisers leave a parameter without a gradient untouched: a frozen biLM (the trainer's frozen start, a task
-    head trained over it) keeps its pre-packed matrices, token memo and token cache through the head's steps."""
-    bilm = random_bilm(small_config())
-    bilm.cache_tokens(["The", "bank", "closed", "A", "river"])
-    head = torch.nn.Parameter(torch.ones(3))
-    optimizer = torch.optim.Adagrad([*bilm.parameters(), head], lr=0.5, fused=True)
-    key = bilm.char_encoder.weights_key()
-    head.pow(2).sum().backward()
-    optimizer.step()
-    assert bilm.char_encoder.weights_key() == key and not torch.equal(head.detach(), torch.ones(3))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with torch.no_grad():
-            bilm(batch_to_ids(BATCH))
-    assert bilm.char_encoder.token_cache is not None

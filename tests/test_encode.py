@@ -224,7 +224,7 @@ def test_weights_fingerprint_follows_the_weights_only():
 
     a, b = load_official(OPTIONS, WEIGHTS), load_official(OPTIONS, WEIGHTS)
     assert weights_sha256(a) == weights_sha256(b) and len(weights_sha256(a)) == 64
-    b.set_matmul_precision("bf16")  # a setting, not the weights
+    b.train()  # a mode, not the weights
     assert weights_sha256(a) == weights_sha256(b)
     with torch.no_grad():
         next(b.parameters()).view(-1)[0] += 1e-6

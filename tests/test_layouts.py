@@ -22,6 +22,7 @@ from elmo.io.load import load_bilm
 from elmo.io.native import ModelFileError, save_model
 from elmo.io.official import WeightFileError, export_official, load_official
 from elmo.model.bilm import BiLM
+from elmo.model.engine import InferenceEngine
 from elmo.downstream import Elmo
 from tests.conftest import random_bilm, small_config
 
@@ -43,10 +44,9 @@ def source(tmp_path_factory) -> BiLM:
     return load_official(*export_official(random_bilm(small_config(n_layers=2), seed=3), folder))
 
 
-def vectors(bilm: BiLM) -> list[torch.Tensor]:
-    bilm.char_encoder.forget_tokens()
-    with torch.no_grad():
-        return bilm(batch_to_ids(SENTENCES)).layers
+def vectors(bilm: BiLM, cache: bool = False) -> list[torch.Tensor]:
+    """Every layer from an engine; without the model's own token cache (an NLPL vocabulary) unless ``cache``."""
+    return InferenceEngine.build(bilm, cache_words=None if cache else [])(batch_to_ids(SENTENCES)).layers
 
 
 def assert_same(loaded: BiLM, source: BiLM) -> None:
@@ -55,12 +55,8 @@ def assert_same(loaded: BiLM, source: BiLM) -> None:
     assert loaded.config == source.config
     want_state = source.state_dict()
     assert all(torch.equal(value, want_state[name]) for name, value in loaded.state_dict().items())
-    cache, loaded.char_encoder.token_cache = loaded.char_encoder.token_cache, None
-    try:
-        for got, want in zip(vectors(loaded), vectors(source), strict=True):
-            assert (got - want).abs().max().item() == 0
-    finally:
-        loaded.char_encoder.token_cache = cache
+    for got, want in zip(vectors(loaded), vectors(source), strict=True):
+        assert (got - want).abs().max().item() == 0
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:
@@ -135,16 +131,14 @@ def test_allennlp_fixture_folder_picks_the_weights_by_content(source, tmp_path):
 
 def test_nlpl_folder_caches_its_vocabulary_without_changing_any_vector(source, tmp_path):
     loaded = load_bilm(nlpl_folder(source, tmp_path / "nlpl"))
-    cache = loaded.char_encoder.token_cache
+    cache = InferenceEngine.build(loaded).token_cache  # an engine precomputes the model's vocabulary by default
     assert cache is not None and len(cache) == len(set(VOCAB))
     assert loaded.tokenizer_name is None  # whitespace-tokenised training text
     assert_same(loaded, source)
     words = list(dict.fromkeys(VOCAB))  # the cache holds exactly the CNN's vectors of the vocabulary ...
     with torch.no_grad():
         assert torch.equal(cache.vectors, source.char_encoder(batch_to_ids([words])[0]))
-    with_cache = vectors(loaded)
-    loaded.cache_tokens(None)
-    for a, b in zip(with_cache, vectors(loaded), strict=True):  # ... and the vectors stay within the last bit that
+    for a, b in zip(vectors(loaded, cache=True), vectors(loaded), strict=True):  # ... and the vectors stay within the last bit that
         assert (a - b).abs().max().item() <= 1e-6  # depends on which words share a CNN batch (tests/test_modes.py)
 
 
@@ -152,7 +146,7 @@ def test_nlpl_zip_is_unpacked_once_into_the_cache(source, tmp_path, monkeypatch)
     archive = zip_folder(nlpl_folder(source, tmp_path / "nlpl"), tmp_path / "209.zip")
     loaded = load_bilm(archive)
     assert_same(loaded, source)
-    assert loaded.char_encoder.token_cache is not None and loaded.tokenizer_name is None
+    assert loaded.cache_words and loaded.tokenizer_name is None
     unpacked = tmp_path / "cache" / "nlpl" / sha256_of(archive)
     assert sorted(p.name for p in unpacked.iterdir()) == ["README", "meta.json", "model.hdf5", "options.json",
                                                           "vocab.txt"]

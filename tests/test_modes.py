@@ -9,6 +9,7 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.model.bilm import remove_sentence_boundaries
 from elmo.model import lstm
+from elmo.model.engine import FrozenLayer, InferenceEngine, ProjectionScratch
 from tests.reference_engines import reference_forward, reference_layer_forward, use_fused_lstm
 from tests.conftest import random_bilm, small_config
 
@@ -27,6 +28,7 @@ def _top(model, batch):
 
 
 def test_a_sentence_is_the_same_alone_and_in_any_batch(fixture_model, report):
+    fixture_model = InferenceEngine.build(fixture_model)
     sentences = _sentences(20)
     alone = [_top(fixture_model, [s])[0] for s in sentences]
     worst = 0.0
@@ -42,7 +44,7 @@ def test_a_sentence_is_the_same_alone_and_in_any_batch(fixture_model, report):
 
 
 def test_stateful_rows_carry_state_and_reset_returns_to_zero():
-    model = random_bilm(small_config(), stateful=True)
+    model = InferenceEngine.build(random_bilm(small_config(), stateful=True))
     fresh = random_bilm(small_config())
     a, b, c = ["the", "bank"], ["a", "river"], ["it", "was", "closed"]
     first = _top(model, [a, b, c])
@@ -50,15 +52,17 @@ def test_stateful_rows_carry_state_and_reset_returns_to_zero():
     second = _top(model, [a, b, c])
     assert not torch.allclose(second[0], first[0])  # row 0 continued from its state
     # a smaller batch leaves row 2 untouched: running a 3-row batch afterwards continues row 2 from batch 2
-    saved_row2 = model._carrier.state[0][:, :, 2].clone()
+    saved_row2 = model.carrier.state[0][:, :, 2].clone()
     _top(model, [a, b])
-    assert torch.equal(model._carrier.state[0][:, :, 2], saved_row2)
+    assert torch.equal(model.carrier.state[0][:, :, 2], saved_row2)
     model.reset_states()
     assert all(torch.allclose(x, y) for x, y in zip(_top(model, [a, b, c]), first))
 
 
-def test_stateful_growth_starts_new_rows_from_zero():
+@pytest.mark.parametrize("engine", [False, True])
+def test_stateful_growth_starts_new_rows_from_zero(engine):
     model = random_bilm(small_config(), stateful=True)
+    model = InferenceEngine.build(model) if engine else model
     fresh = random_bilm(small_config())
     s = ["the", "bank"]
     _top(model, [s])
@@ -77,6 +81,12 @@ def test_a_stateful_model_moved_to_the_gpu_carries_its_state_along():
     model.to("cuda")
     with torch.no_grad():
         out = model(batch_to_ids(batch).cuda())
+    second = [torch.stack(out.layers)[:, row, 1 : len(s) + 1].cpu() for row, s in enumerate(batch)]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(second, on_cpu[1]))
+    engine = InferenceEngine.build(model)  # on the GPU, where the weights now are
+    assert all(torch.allclose(a.cpu(), b, atol=1e-5) for a, b in zip(_top(engine, batch), on_cpu[0]))
+    with torch.no_grad():
+        out = engine(batch_to_ids(batch))
     second = [torch.stack(out.layers)[:, row, 1 : len(s) + 1].cpu() for row, s in enumerate(batch)]
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(second, on_cpu[1]))
 
@@ -98,8 +108,10 @@ def test_fast_layer_equals_per_step_reference(block_rows, zero_state, monkeypatc
     state = ((torch.zeros(5, 8), torch.zeros(5, 24)) if zero_state else
              (torch.randn(5, 8, generator=generator), torch.randn(5, 24, generator=generator)))
     batch_sizes = [(lengths > t).sum().item() for t in range(7)]
+    frozen = FrozenLayer(layer, None, torch.device("cpu"), ProjectionScratch())  # what an engine runs
     with torch.no_grad():
-        fast, (h1, c1) = layer(x, batch_sizes, state)
+        autograd_free, _ = layer(x, batch_sizes, state)  # the trainable module, without gradients
+        fast, (h1, c1) = frozen(x, batch_sizes, state)
         slow, (h2, c2) = reference_layer_forward(layer, x, lengths, state)
         exact, (h3, c3) = reference_layer_forward(exact_layer, x.double(), lengths, tuple(s.double() for s in state))
 
@@ -107,6 +119,7 @@ def test_fast_layer_equals_per_step_reference(block_rows, zero_state, monkeypatc
         return max(float((output - exact).abs().max()), float((h - h3).abs().max()), float((c - c3).abs().max()))
 
     worst, reference = error(fast, h1, c1), error(slow, h2, c2)
+    torch.testing.assert_close(autograd_free, fast, rtol=0, atol=1e-6)
     report(f"fast LSTM layer vs float64 per-step reference (block {block_rows} rows): max abs diff", worst)
     assert worst <= max(2 * reference, 1e-6)
 
@@ -114,8 +127,8 @@ def test_fast_layer_equals_per_step_reference(block_rows, zero_state, monkeypatc
 def test_models_of_different_sizes_and_threads_share_the_projection_scratch_safely():
     """The input projections go through one reused buffer per thread: interleaving models of different sizes, and
     running the same model in two threads at once, must give each call its own right answer."""
-    small = random_bilm(small_config(), seed=1, scale=2.0)
-    wider = random_bilm(small_config(dim=40), seed=2, scale=2.0)
+    small = InferenceEngine.build(random_bilm(small_config(), seed=1, scale=2.0))
+    wider = InferenceEngine.build(random_bilm(small_config(dim=40), seed=2, scale=2.0))
     batches = [batch_to_ids(_sentences(size, seed)) for seed, size in ((0, 5), (1, 3), (2, 6))]
     with torch.no_grad():
         alone = {name: [model(ids).layers[-1] for ids in batches] for name, model in (("s", small), ("w", wider))}
@@ -160,7 +173,7 @@ def test_fast_forward_equals_the_reference_forward_in_both_modes(report):
     with 2 threads and failed with 1. A real error (a clip, a gate, a carried state) is 1e-2 or more."""
     fast_error = reference_error = 0.0
     for stateful in (False, True):
-        fast_model = random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful)
+        fast_model = InferenceEngine.build(random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful))
         slow_model = random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful)
         exact_model = random_bilm(small_config(), seed=4, scale=2.0, stateful=stateful).double()
         for seed, size in ((0, 5), (1, 3), (2, 6)):  # batches of changing size: stateful rows carried and kept
@@ -180,13 +193,9 @@ def test_token_cache_is_exact_and_falls_back_to_characters(fixture_model):
     batch = [["the", "bank", "unseen-word"], ["a", "river", "bank"]]
     with torch.no_grad():
         plain = fixture_model(batch_to_ids(batch))
-    fixture_model.cache_tokens(["the", "bank", "a", "river", "<S>", "</S>"])
-    try:
-        assert len(fixture_model.char_encoder.token_cache) == 6
-        with torch.inference_mode():
-            cached = fixture_model(batch_to_ids(batch))
-    finally:
-        fixture_model.cache_tokens(None)
+    engine = InferenceEngine.build(fixture_model, cache_words=["the", "bank", "a", "river", "<S>", "</S>"])
+    assert len(engine.token_cache) == 6
+    cached = engine(batch_to_ids(batch))
     for a, b in zip(plain.layers, cached.layers):
         assert torch.allclose(a, b, atol=1e-6)
 
@@ -200,15 +209,13 @@ def test_fused_nn_lstm_is_exact_without_clips_and_refuses_clips():
     batch = _sentences(6, seed=3)
     for a, b in zip(_top(plain, batch), _top(fused, batch)):
         assert a.shape == b.shape and (a.numel() == 0 or float((a - b).abs().max()) <= 1e-5)
-    fused.clear_caches()  # nn.LSTM layers keep no cache of their own
     with pytest.raises(ValueError, match="nn.LSTM cannot"):
         use_fused_lstm(random_bilm(small_config()))
 
 
 def test_paired_inference_path_equals_the_autograd_path(fixture_model):
     ids = batch_to_ids(_sentences(7, seed=9))
-    with torch.no_grad():
-        paired = fixture_model(ids)
+    paired = InferenceEngine.build(fixture_model)(ids)
     with torch.enable_grad():
         separate = fixture_model(ids)
     for a, b in zip(paired.layers, separate.layers):
@@ -216,16 +223,12 @@ def test_paired_inference_path_equals_the_autograd_path(fixture_model):
 
 
 def _exact_fast_again(model, precision: str, seed: int):
-    """Every layer in fp32, in ``precision``, and in fp32 again after switching back."""
+    """Every layer from an fp32 engine, from a ``precision`` engine, and from an fp32 engine built afterwards (the
+    fast engine changed nothing in the model)."""
     ids = batch_to_ids(_sentences(5, seed=seed))
-    with torch.no_grad():
-        exact = model(ids).layers
-        model.set_matmul_precision(precision)
-        try:
-            fast = model(ids).layers
-        finally:
-            model.set_matmul_precision("fp32")
-        again = model(ids).layers
+    exact = InferenceEngine.build(model).__call__(ids).layers
+    fast = InferenceEngine.build(model, precision).__call__(ids).layers
+    again = InferenceEngine.build(model)(ids).layers
     assert all(a.dtype == torch.float32 for a in fast)
     assert all(torch.equal(a, b) for a, b in zip(exact, again))
     return exact, fast, max(float((a - b).abs().max()) for a, b in zip(exact, fast))
@@ -244,13 +247,13 @@ def test_int8_mode_is_close_and_fp32_is_restored(fixture_model):
 
 def test_unknown_precision_is_refused(fixture_model):
     with pytest.raises(ValueError, match="fp32, bf16, int8"):
-        fixture_model.set_matmul_precision("fp8")
+        InferenceEngine.build(fixture_model, "fp8")
 
 
 def test_inference_mode_and_no_grad_calls_can_alternate(fixture_model):
     """The reused projection buffer is made once; it must stay writable under both kinds of grad-free call."""
     ids = batch_to_ids(_sentences(4, 3))
-    lstm._scratch.buffer = None  # made afresh below, inside inference mode
+    fixture_model = InferenceEngine.build(fixture_model)  # its buffer is made below, inside inference mode
     with torch.inference_mode():
         first = fixture_model(ids).layers[-1].clone()
     with torch.no_grad():
@@ -261,21 +264,20 @@ def test_inference_mode_and_no_grad_calls_can_alternate(fixture_model):
 
 
 def test_a_model_that_has_run_can_be_copied_and_pickled():
-    """After inference a layer holds pre-packed (opaque) weights; copies and pickles must leave them out and the
-    copy must give the same outputs."""
+    """After an engine (pre-packed, opaque weights) ran over it, the model itself holds nothing new: copies and
+    pickles work and give the same outputs."""
     import copy
     import io
     import pickle
 
     model = random_bilm(small_config(dim=2048, projection_dim=512), seed=3)  # W_hh large enough to be packed
     ids = batch_to_ids(_sentences(4, 5))
-    with torch.inference_mode():
-        expected = model(ids).layers[-1].clone()
-    assert any(getattr(layer, "_cached", None) for layer in model.modules()), "nothing was packed: test is moot"
+    engine = InferenceEngine.build(model)
+    expected = engine(ids).layers[-1].clone()
+    assert any(p.library for layer in engine.layers[0] for p in layer.products[1:]), "nothing packed: test is moot"
     duplicate = copy.deepcopy(model)
     restored = pickle.loads(pickle.dumps(model))
     buffer = io.BytesIO()
     torch.save(model, buffer)  # whole-module save, as some users do
-    with torch.inference_mode():
-        assert torch.equal(duplicate(ids).layers[-1], expected)
-        assert torch.equal(restored(ids).layers[-1], expected)
+    assert torch.equal(InferenceEngine.build(duplicate)(ids).layers[-1], expected)
+    assert torch.equal(InferenceEngine.build(restored)(ids).layers[-1], expected)

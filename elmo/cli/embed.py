@@ -15,6 +15,8 @@ from elmo.embed import Embedder
 from elmo.embed_file import embed_file
 from elmo.io.native import save_model
 from elmo.io.official import export_official
+from elmo.memory import fix_mmap_threshold
+from elmo.model.engine import InferenceEngine
 from elmo.pretrained import DEFAULT_MODEL
 
 EMBED_TOKENIZERS = ("whitespace", "en", "ko", "ko-morph", "model")
@@ -27,11 +29,11 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise CommandLineError("--resume needs the input as a file (standard input cannot be read again); "
                                "save it to a file and embed that")
     layers = "top" if args.top else "average" if args.average else "all"
+    fix_mmap_threshold()  # this process only: flat memory over long files (elmo/memory.py)
     model = load_model(args, stateful=args.stateful)
-    model.set_matmul_precision("bf16" if args.bf16 else "int8" if args.int8 else "fp32")
-    if args.cache_vocab:
-        model.cache_tokens(read_words(args.cache_vocab))
-    n = embed_file(model, args.stdio.input(args.input), args.output, layers=layers,
+    engine = InferenceEngine.build(model, "bf16" if args.bf16 else "int8" if args.int8 else "fp32",
+                                   read_words(args.cache_vocab) if args.cache_vocab else None, args.device)
+    n = embed_file(engine, args.stdio.input(args.input), args.output, layers=layers,
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
                    device=args.device, resume=args.resume, tokenize=args.tokenize,

@@ -22,10 +22,10 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
 
 def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
     """The biLM of resolved files: our format, or the official pair (an NLPL model's vocabulary, if any, seeds the
-    token cache: exactly what the character CNN gives, only faster for those words)."""
+    token cache of its inference engines: exactly what the character CNN gives, only faster for those words)."""
     if not files.official:
         return load_model(files.folder, stateful=stateful)
     bilm = load_official(files.config, files.weights, stateful=stateful)
     if files.cache_words is not None and (words := nlpl.vocab_words(files.cache_words)):
-        bilm.cache_tokens(words)
+        bilm.cache_words = words  # an inference engine precomputes their token vectors
     return bilm  # NLPL: tokenizer_name None (options.json names none), their text was split at whitespace

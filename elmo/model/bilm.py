@@ -12,7 +12,7 @@ Two run modes:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -20,10 +20,11 @@ from torch import nn
 
 from elmo.config import ElmoConfig
 from elmo.data.chars import add_sentence_boundaries, check_char_ids
-from elmo.errors import UsageError
-from elmo.model.char_cnn import CharEncoder, build_token_cache
-from elmo.model.lstm import LSTMStack, build_lstm_stack
-from elmo.model.state import BiState, StateCarrier, zero_state
+from elmo.model.char_cnn import CharEncoder
+from elmo.model.lstm import LSTMStack, State, build_lstm_stack
+from elmo.model.state import StateCarrier, zero_state
+
+StackRun = Callable[[torch.Tensor, list[int], list[State]], tuple[list[torch.Tensor], list[State]]]
 
 
 @dataclass
@@ -37,8 +38,21 @@ class BiLMOutput:
     backward_layers: list[torch.Tensor]  # L tensors (B, T + 2, P)
 
 
+class Runner(NamedTuple):
+    """What one forward pass runs: the trainable modules (``BiLM``) or an inference engine's frozen copies."""
+
+    encode: Callable[[torch.Tensor], torch.Tensor]  # (N, W) ids of real tokens -> (N, P)
+    forward_stack: StackRun  # (B, T, P) sorted longest first, batch_sizes, states -> layer outputs, final states
+    backward_stack: StackRun
+    dtype: torch.dtype  # of the token layer
+
+
 class BiLM(nn.Module):
-    """Character ids (B, T, W), without sentence boundaries, -> every layer of the biLM."""
+    """Character ids (B, T, W), without sentence boundaries, -> every layer of the biLM.
+
+    The trainable model: parameters and nothing derived from them. Fast frozen inference (pre-packed matrices,
+    remembered token vectors, reduced precision) is an ``elmo.model.engine.InferenceEngine`` built from it.
+    """
 
     def __init__(self, config: ElmoConfig, char_encoder: CharEncoder, forward_stack: LSTMStack,
                  backward_stack: LSTMStack, stateful: bool = False) -> None:
@@ -49,10 +63,11 @@ class BiLM(nn.Module):
         self.backward_stack = backward_stack
         self.stateful = stateful
         self._carrier = StateCarrier()
-        self.matmul_precision = "fp32"  # set_matmul_precision changes it
         # how the model's training text was split ("en", "ko", "ko-morph"; None: at whitespace). Loaders set it from
         # the model's files, savers write it back, and raw text given to the model goes through this tokenizer.
         self.tokenizer_name: str | None = None
+        # words whose token vectors an inference engine precomputes by default (an NLPL model's vocabulary); None
+        self.cache_words: list[str] | None = None
 
     @classmethod
     def from_config(cls, config: ElmoConfig, stateful: bool = False) -> "BiLM":
@@ -62,92 +77,69 @@ class BiLM(nn.Module):
                                          l.proj_clip, l.use_skip_connections)
         return cls(config, CharEncoder(config.char_cnn, l.projection_dim), stack(), stack(), stateful=stateful)
 
-    def cache_tokens(self, words: Sequence[str] | None) -> None:
-        """Precompute the token layer of ``words`` (a vocabulary) for frozen inference; other words still work.
-        ``cache_tokens(None)`` drops the cache."""
-        self.char_encoder.token_cache = None if words is None else build_token_cache(self.char_encoder, list(words))
-
-    def set_matmul_precision(self, precision: str) -> None:
-        """"fp32" (exact, the default), or a fast approximate mode: "bf16" (matrix products and convolutions in
-        bfloat16; fast where the CPU has bf16 matrix units (AMX); about 1e-2 off) or "int8" (the LSTM products with
-        int8 weights and dynamically quantised inputs, the token layer in float32; CPU only; a few 1e-2 off).
-        LSTM states and gates stay float32 in every mode."""
-        dtypes = {"fp32": (None, None), "bf16": (torch.bfloat16, torch.bfloat16), "int8": (None, torch.qint8)}
-        if precision not in dtypes:
-            raise UsageError(f"precision must be one of {', '.join(dtypes)}, got {precision!r}")
-        self.char_encoder.matmul_dtype, lstm_dtype = dtypes[precision]
-        self.matmul_precision = precision
-        for stack in (self.forward_stack, self.backward_stack):
-            for layer in stack.layers:
-                layer.matmul_dtype = lstm_dtype
-
-    def clear_caches(self) -> None:
-        """Drop what inference derives from the weights (the remembered token vectors and the LSTMs' pre-packed
-        matrices); both are rebuilt on the next call. They already follow every normal weight update (optimiser
-        steps, fused ones included, ``load_state_dict``, in-place ops under ``no_grad``: ``weights_version``); call
-        this after editing weights through ``.data``, which none of those sees."""
-        self.char_encoder.forget_tokens()
-        for stack in (self.forward_stack, self.backward_stack):
-            for layer in stack.layers:
-                layer.clear_cache()
-
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
         self._carrier.reset()
 
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
-        check_char_ids(char_ids, self.config.char_cnn.n_characters)  # once per batch, where ids enter the model
-        ids, lengths = add_sentence_boundaries(char_ids)  # (B, T+2, W), (B,)
-        batch, steps = ids.shape[:2]
-        mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
-        tokens = self.embed_tokens(ids, mask)  # (B, T+2, P)
-        if batch == 0:  # an empty batch: empty layers of the right widths (a stateful carrier is left as it was)
-            per_layer = [tokens] * self.config.lstm.n_layers  # (0, T+2, P) each
-            layers = [torch.cat([tokens, tokens], dim=-1)] * self.config.n_output_layers
-            return BiLMOutput(layers, mask, tokens, per_layer, list(per_layer))
+        runner = Runner(self.char_encoder.encode, self.forward_stack, self.backward_stack,
+                        self.char_encoder.projection.weight.dtype)
+        return run_bilm(self.config, runner, char_ids, self._carrier if self.stateful else None)
 
-        # rows sorted longest first: at step t the running rows are a prefix of the batch
-        order = torch.argsort(lengths, descending=True, stable=True)  # (B,)
-        restore = torch.argsort(order)  # (B,)
-        lengths_sorted = lengths[order]
-        longest = int(lengths_sorted[0]) if batch else 0
-        batch_sizes = (lengths_sorted.unsqueeze(0) > torch.arange(longest, device=ids.device).unsqueeze(1)
-                       ).sum(1).tolist()
-        x = tokens[order, :longest]  # (B, T', P)
 
-        h0, c0 = self._initial_state(batch, tokens)  # (2, L, B, P), (2, L, B, C)
-        h0, c0 = h0[:, :, order], c0[:, :, order]
-        fwd, fwd_final = self.forward_stack(x, batch_sizes, [(h0[0, l], c0[0, l]) for l in range(h0.shape[1])])
-        flip = reverse_index(lengths_sorted, longest)  # (B, T') reverses each row within its own length
-        bwd, bwd_final = self.backward_stack(_gather_time(x, flip), batch_sizes,
-                                             [(h0[1, l], c0[1, l]) for l in range(h0.shape[1])])
-        bwd = [_gather_time(out, flip) for out in bwd]  # back to reading order
+def run_bilm(config: ElmoConfig, runner: Runner, char_ids: torch.Tensor, carrier: StateCarrier | None) -> BiLMOutput:
+    """The forward pass (the one driver): char ids (B, T, W) -> every layer. ``carrier``: stateful mode's states,
+    read at the start and updated at the end; None: every sentence from the zero state."""
+    check_char_ids(char_ids, config.char_cnn.n_characters)  # once per batch, where ids enter the model
+    ids, lengths = add_sentence_boundaries(char_ids)  # (B, T+2, W), (B,)
+    batch, steps = ids.shape[:2]
+    mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
+    tokens = token_layer(runner.encode, ids, mask, config.lstm.projection_dim, runner.dtype)  # (B, T+2, P)
+    if batch == 0:  # an empty batch: empty layers of the right widths (a stateful carrier is left as it was)
+        per_layer = [tokens] * config.lstm.n_layers  # (0, T+2, P) each
+        layers = [torch.cat([tokens, tokens], dim=-1)] * config.n_output_layers
+        return BiLMOutput(layers, mask, tokens, per_layer, list(per_layer))
 
-        pad = steps - longest
-        fwd = [F.pad(out[restore], (0, 0, 0, pad)) for out in fwd]  # L x (B, T+2, P)
-        bwd = [F.pad(out[restore], (0, 0, 0, pad)) for out in bwd]
-        final = (torch.stack([torch.stack([h for h, _ in fwd_final]), torch.stack([h for h, _ in bwd_final])]),
-                 torch.stack([torch.stack([c for _, c in fwd_final]), torch.stack([c for _, c in bwd_final])]))
-        if self.stateful:
-            self._carrier.update((final[0][:, :, restore], final[1][:, :, restore]))
+    # rows sorted longest first: at step t the running rows are a prefix of the batch
+    order = torch.argsort(lengths, descending=True, stable=True)  # (B,)
+    restore = torch.argsort(order)  # (B,)
+    lengths_sorted = lengths[order]
+    longest = int(lengths_sorted[0])
+    batch_sizes = (lengths_sorted.unsqueeze(0) > torch.arange(longest, device=ids.device).unsqueeze(1)).sum(1).tolist()
+    x = tokens[order, :longest]  # (B, T', P)
 
-        layers = [torch.cat([tokens, tokens], dim=-1)] + [torch.cat(pair, dim=-1) for pair in zip(fwd, bwd)]
-        return BiLMOutput(layers, mask, tokens, fwd, bwd)
+    l = config.lstm
+    h0, c0 = (carrier.initial(batch, l.projection_dim, l.dim, l.n_layers, tokens) if carrier is not None
+              else zero_state(l.n_layers, batch, l.projection_dim, l.dim, tokens))  # (2, L, B, P), (2, L, B, C)
+    h0, c0 = h0[:, :, order], c0[:, :, order]
+    fwd, fwd_final = runner.forward_stack(x, batch_sizes, [(h0[0, i], c0[0, i]) for i in range(l.n_layers)])
+    flip = reverse_index(lengths_sorted, longest)  # (B, T') reverses each row within its own length
+    bwd, bwd_final = runner.backward_stack(_gather_time(x, flip), batch_sizes,
+                                           [(h0[1, i], c0[1, i]) for i in range(l.n_layers)])
+    bwd = [_gather_time(out, flip) for out in bwd]  # back to reading order
 
-    def embed_tokens(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The token layer at every real slot, zeros elsewhere: ids (B, T, W), mask (B, T) -> (B, T, P)."""
-        tokens = ids.new_zeros(*ids.shape[:2], self.char_encoder.output_dim, dtype=self._dtype())  # (B, T, P)
-        tokens[mask] = self.char_encoder.encode(ids[mask]).to(tokens.dtype)  # real tokens, each distinct one once
-        return tokens
+    pad = steps - longest
+    fwd = [F.pad(out[restore], (0, 0, 0, pad)) for out in fwd]  # L x (B, T+2, P)
+    bwd = [F.pad(out[restore], (0, 0, 0, pad)) for out in bwd]
+    if carrier is not None:
+        final_h = torch.stack([torch.stack([h for h, _ in fwd_final]), torch.stack([h for h, _ in bwd_final])])
+        final_c = torch.stack([torch.stack([c for _, c in fwd_final]), torch.stack([c for _, c in bwd_final])])
+        carrier.update((final_h[:, :, restore], final_c[:, :, restore]))  # (2, L, B, P), (2, L, B, C)
 
-    def _initial_state(self, batch: int, like: torch.Tensor) -> BiState:
-        l = self.config.lstm
-        if self.stateful:
-            return self._carrier.initial(batch, l.projection_dim, l.dim, l.n_layers, like)
-        return zero_state(l.n_layers, batch, l.projection_dim, l.dim, like)
+    layers = [torch.cat([tokens, tokens], dim=-1)] + [torch.cat(pair, dim=-1) for pair in zip(fwd, bwd)]
+    return BiLMOutput(layers, mask, tokens, fwd, bwd)
 
-    def _dtype(self) -> torch.dtype:
-        return self.char_encoder.projection.weight.dtype
+
+def token_layer(encode: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor, real: torch.Tensor, dim: int,
+                dtype: torch.dtype) -> torch.Tensor:
+    """The token layer: ids (B, T, W), real (B, T) bool -> (B, T, P), ``encode`` at the real slots, zeros elsewhere
+    (training's windows and the biLM's padded batches alike)."""
+    batch, steps, width = ids.shape
+    if bool(real.all()):
+        return encode(ids.reshape(batch * steps, width)).to(dtype).view(batch, steps, dim)
+    tokens = ids.new_zeros(batch, steps, dim, dtype=dtype)  # (B, T, P)
+    tokens[real] = encode(ids[real]).to(dtype)
+    return tokens
 
 
 def reverse_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:

@@ -98,7 +98,7 @@ class RightMultiplier:
     """``x -> x @ W^T (+ add)`` for one fixed weight W (out, in), held in the fastest layout for repeated use.
 
     ``dtype``: the dtype of the product (bf16 mode); the result comes back in ``x``'s dtype. Holds copies of the
-    weight, so build one per weight version (``ProjectedLSTMLayer`` caches them at inference).
+    weight: an inference engine (``elmo.model.engine``) builds one per matrix.
     """
 
     def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True) -> None:

@@ -2,17 +2,19 @@
 
 The token layer depends only on the word's characters, so its vectors can be computed once per vocabulary word
 (or read from bilm-tf's ``dump_token_embeddings`` file) and looked up instead of recomputed. Words missing from the
-cache still go through the CNN, so any input works. Only for frozen weights: once the weights change (training), the
-cache is dropped with a warning and the CNN used instead.
+cache still go through the CNN, so any input works. Both the cache and the memo belong to an inference engine
+(``elmo.model.engine``), a snapshot of frozen weights: they are never consulted by the trainable model.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
+
+from elmo.data.chars import word_to_char_ids
 
 
 class TokenCache:
@@ -26,7 +28,6 @@ class TokenCache:
         rows = char_rows.to(torch.int16).cpu().numpy()
         self.index = {row.tobytes(): i for i, row in enumerate(rows)}
         self.width = char_rows.shape[1]
-        self.weights_key: tuple | None = None  # the encoder weights it was computed with (char_cnn.build_token_cache)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -43,8 +44,8 @@ class TokenMemo:
     """The token vectors of the most recently seen words, at most ``capacity`` of them (least recently used out).
 
     Frozen inference computes each word's token layer once while it stays in the memo: running text is Zipfian,
-    so after the first few batches most tokens are words already seen. Keyed by the character-id row; the owner
-    drops it when the weights change. Memory is bounded: ``capacity`` x P floats.
+    so after the first few batches most tokens are words already seen. Keyed by the character-id row; an engine
+    holds one for the weights it was built from. Memory is bounded: ``capacity`` x P floats.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -78,7 +79,7 @@ class TokenMemo:
         return out
 
     def _remember(self, keys: list[bytes], vectors: torch.Tensor) -> None:
-        if self.capacity <= 0:
+        if self.capacity <= 0 or not keys:
             return
         if self.vectors is None or self.vectors.dtype != vectors.dtype or self.vectors.device != vectors.device:
             self.slots.clear()
@@ -94,3 +95,14 @@ class TokenMemo:
             self.slots[k] = slot
             slots.append(slot)
         self.vectors[torch.tensor(slots, device=vectors.device)] = vectors
+
+
+def build_token_cache(compute: Callable[[torch.Tensor], torch.Tensor], words: Sequence[str], width: int,
+                      device: torch.device, batch_size: int = 1024) -> TokenCache:
+    """Run ``compute`` ((N, W) ids -> (N, P) token vectors) over ``words`` once and cache the results."""
+    rows = torch.tensor([word_to_char_ids(w, width) for w in words], dtype=torch.long).view(-1, width)  # (V, W)
+    with torch.inference_mode():
+        parts = [compute(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]
+    if not parts:
+        raise ValueError("token cache: no words given")
+    return TokenCache(rows, torch.cat(parts).clone())  # (V, P), a normal tensor

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from elmo.config import ConfigError, ElmoConfig
+from elmo.config import PRESETS, ConfigError, ElmoConfig
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 if sys.version_info >= (3, 11):
@@ -59,7 +59,7 @@ class TrainConfig:
             raise ConfigError(f"{source}: unknown table [{tables[0]}]; a training config has [train] and [model.*]")
         if "model" not in data:
             raise ConfigError(f"{source}: missing the [model.lstm] and [model.char_cnn] tables")
-        config = cls(model=ElmoConfig.from_options(data["model"], source=source, strict=True), **train)
+        config = cls(model=_model(data["model"], source), **train)
         config.check(source)
         return config
 
@@ -148,3 +148,18 @@ _RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, 
     "zero_state_share": (_NUMBER, 0, False), "freeze_bilm_steps": (int, 0, False),
 }
 _OPTIONAL = {"max_steps", "max_minutes", "freeze_bilm_steps"}  # None: no limit (freeze_bilm_steps: the default)
+
+
+def _model(table: Any, source: str) -> ElmoConfig:
+    """The [model] table: ``preset = "small"`` (a size from ``elmo.config.PRESETS``, the one table of named sizes)
+    or the full [model.lstm] and [model.char_cnn] tables."""
+    if isinstance(table, dict) and "preset" in table:
+        name, rest = table["preset"], sorted(set(table) - {"preset"})
+        if rest:
+            raise ConfigError(f"{source}: [model] has preset = {name!r} and {rest[0]!r}; give a preset or the "
+                              f"[model.lstm] and [model.char_cnn] tables, not both")
+        if name not in PRESETS:
+            raise ConfigError(f"{source}: [model] preset {name!r} is not a model size; known: {', '.join(PRESETS)}")
+        return PRESETS[name]
+    return ElmoConfig.from_options(table, source=source, strict=True)
+

@@ -15,6 +15,7 @@ from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput
+from elmo.model.engine import InferenceEngine
 from elmo.training.lm import LanguageModel
 from elmo.training.softmax import LMSoftmax
 
@@ -47,6 +48,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
     """
     model.eval()
     device = model.softmax.weight.device
+    engine = InferenceEngine.build(model.bilm, stateful=False)  # the LSTMs' matrices packed once for the pass
     files = expand_files(files)
     batchers = [LMBatcher(SentenceSource(files, tokenizer, shuffle=False, loop=False, limit=max_sentences),
                           vocab, batch_size, unroll_steps, reverse=bool(d),
@@ -63,7 +65,9 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                 continue
             on_device = rows.to(device)
             active = [(h[on_device], c[on_device]) for h, c in states[direction]]
-            hidden, active = model.hidden(batch.char_ids[rows].to(device), direction, active)  # (R, T, P)
+            tokens = model.encode_tokens(batch.char_ids[rows].to(device))  # (R, T, P)
+            outputs, active = engine.run_stack(direction, tokens, [len(rows)] * tokens.shape[1], active)
+            hidden = outputs[-1]  # (R, T, P)
             for (h, c), (new_h, new_c) in zip(states[direction], active):
                 h[on_device], c[on_device] = new_h, new_c
             targets = batch.targets[rows].to(device).reshape(-1)  # (R*T,)
@@ -91,12 +95,13 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
     as embedding reads it (``Embedder``'s default), where ``perplexity`` carries the state from one sentence to the
     next. A model fine on a carried state and poor from zeros gives poor embeddings."""
     model.eval()
+    engine = InferenceEngine.build(model.bilm, stateful=False)
     source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences)
     totals, count, unknown = [0.0, 0.0], 0, 0
     bar = tqdm(unit="tok", disable=not progress, desc="perplexity from the zero state")
     while (chunk := source.next_chunk()) is not None:
         chunk = sorted(chunk, key=len)  # batches of similar lengths: little padding
-        for forward, backward in score(model.bilm, model.softmax, vocab, chunk):
+        for forward, backward in score(engine, model.softmax, vocab, chunk):
             totals[0] -= forward
             totals[1] -= backward
         tokens = sum(len(s) + 1 for s in chunk)  # every word and </S> (forward), every word and <S> (backward)
@@ -109,15 +114,23 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
     return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown)
 
 
+def _engine(model: BiLM | InferenceEngine) -> InferenceEngine:
+    """An engine that reads every sentence from the zero state: the one given, or a new one over a biLM."""
+    if isinstance(model, InferenceEngine) and not model.stateful:
+        return model
+    return InferenceEngine.build(model.bilm if isinstance(model, InferenceEngine) else model, stateful=False)
+
+
 @torch.inference_mode()
-def direction_log_probs(bilm: BiLM, softmax: LMSoftmax,
+def direction_log_probs(bilm: BiLM | InferenceEngine, softmax: LMSoftmax,
                         sentences: Sequence[Sequence[str]]) -> tuple[BiLMOutput, torch.Tensor, torch.Tensor]:
     """Per-position log-probabilities over the vocabulary, each sentence from the zero state.
 
     Returns the BiLM output and two (B, T + 2, V) tensors: the forward LM's distribution for the token at each
     position given everything left of it, and the backward LM's given everything right of it.
     """
-    out = bilm(batch_to_ids(sentences, bilm.config.char_cnn.max_characters_per_token))
+    engine = _engine(bilm)
+    out = engine(batch_to_ids(sentences, engine.config.char_cnn.max_characters_per_token).to(softmax.weight.device))
     fwd = softmax.log_probs(out.forward_layers[-1])  # (B, T+2, V): position t predicts t + 1
     bwd = softmax.log_probs(out.backward_layers[-1])  # position t predicts t - 1
     vocab_size = fwd.shape[-1]
@@ -130,24 +143,16 @@ SCORE_POSITIONS = 1024  # positions per softmax call: 1,024 x a 50,000-word voca
 
 
 @torch.inference_mode()
-def score(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
+def score(bilm: BiLM | InferenceEngine, softmax: LMSoftmax, vocab: Vocabulary,
           sentences: Sequence[Sequence[str]]) -> list[tuple[float, float]]:
     """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included),
     each sentence from the zero state. Memory stays bounded however many or long the sentences: they run
     SCORE_BATCH at a time, and the softmax over the vocabulary SCORE_POSITIONS positions at a time."""
-    was_stateful, bilm.stateful = bilm.stateful, False  # zero state for every batch; a carried state is kept
-    try:
-        return _score_batches(bilm, softmax, vocab, sentences)
-    finally:
-        bilm.stateful = was_stateful
-
-
-def _score_batches(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary,
-                   sentences: Sequence[Sequence[str]]) -> list[tuple[float, float]]:
+    engine = _engine(bilm)
     results = []
     for start in range(0, len(sentences), SCORE_BATCH):
         batch = [list(s) for s in sentences[start : start + SCORE_BATCH]]
-        out = bilm(batch_to_ids(batch, bilm.config.char_cnn.max_characters_per_token).to(softmax.weight.device))
+        out = engine(batch_to_ids(batch, engine.config.char_cnn.max_characters_per_token).to(softmax.weight.device))
         rows, fwd_at, fwd_ids, bwd_at, bwd_ids = [], [], [], [], []
         for row, tokens in enumerate(batch):
             ids = vocab.ids(["<S>", *tokens, "</S>"])

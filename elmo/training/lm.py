@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from elmo.config import ElmoConfig
-from elmo.model.bilm import BiLM
+from elmo.model.bilm import BiLM, token_layer
 from elmo.model.lstm import LSTMStack, State
 from elmo.training.softmax import LMSoftmax, LogUniformSampler
 
@@ -90,14 +90,9 @@ class LanguageModel(nn.Module):
 
     def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Token vectors of (B, T, W) ids -> (B, T, P); all-zero padding slots (one-pass evaluation) stay zero."""
-        batch, steps, width = char_ids.shape
-        flat = char_ids.reshape(batch * steps, width)  # (B*T, W)
-        real = flat.gt(0).any(-1)
-        if bool(real.all()):
-            return self.bilm.char_encoder.encode(flat).view(batch, steps, -1)
-        tokens = flat.new_zeros(batch * steps, self.bilm.config.lstm.projection_dim, dtype=self.softmax.weight.dtype)
-        tokens[real] = self.bilm.char_encoder.encode(flat[real])
-        return tokens.view(batch, steps, -1)
+        real = char_ids.gt(0).any(-1)  # (B, T)
+        return token_layer(self.bilm.char_encoder.encode, char_ids, real, self.bilm.config.lstm.projection_dim,
+                           self.softmax.weight.dtype)
 
     def run_stack(self, tokens: torch.Tensor, direction: int,
                   states: list[State]) -> tuple[torch.Tensor, list[State]]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import elmo.embed_file as embed_file_module
+from elmo.model.engine import InferenceEngine
 from elmo.embed_file import embed_file
 from elmo.io.official import load_official
 from tests.conftest import OPTIONS, WEIGHTS
@@ -83,8 +84,7 @@ def test_resume_refuses_another_chunk_size_or_precision(tmp_path, monkeypatch, s
         embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4,
                    progress=False, chunk_size=4)
     monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
-    model = load_official(OPTIONS, WEIGHTS)
-    model.set_matmul_precision(second.get("precision", "fp32"))
+    model = InferenceEngine.build(load_official(OPTIONS, WEIGHTS), second.get("precision", "fp32"))
     changed = "chunk_size" if "chunk_size" in second else "precision"
     with pytest.raises(embed_file_module.InputFileError, match=f"differs in {changed}"):
         embed_file(model, tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4, progress=False,

@@ -1,0 +1,183 @@
+"""Frozen inference: an ``InferenceEngine`` is a snapshot of a biLM's weights laid out for fast forward passes.
+
+The trainable ``BiLM`` holds parameters and nothing derived from them. What inference derives from the weights
+lives here, built once by ``InferenceEngine.build`` and dropped with the engine:
+
+* the LSTM matrices pre-packed for BLAS (``elmo.model.packed``), in the chosen precision: "fp32" (exact), "bf16"
+  (matrix products and convolutions in bfloat16, about 1e-2 off) or "int8" (the LSTM products with int8 weights and
+  dynamically quantised inputs, CPU only, a few 1e-2 off); LSTM states and gates stay float32 in every mode;
+* a token cache (precomputed token vectors of a word list) and a memo of recently seen words' token vectors;
+* a reusable buffer for the input projections, per thread, freed by ``close()``;
+* in stateful mode, the states carried from batch to batch.
+
+The engine never changes the module it was built from (no ``.to``, ``.eval``, no attributes written). It does not
+watch the weights: after they change (training, ``load_state_dict``), ``rebuild()`` it or build a new one.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Sequence
+
+import torch
+
+from elmo.config import ElmoConfig
+from elmo.devices import check_device
+from elmo.errors import UsageError
+from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
+from elmo.model.char_cnn import CharEncoder
+from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
+from elmo.model.packed import right_multiplier
+from elmo.model.state import StateCarrier
+from elmo.model.token_cache import TokenCache, TokenMemo, build_token_cache
+
+PRECISIONS = {"fp32": (None, None), "bf16": (torch.bfloat16, torch.bfloat16), "int8": (None, torch.qint8)}
+MEMO_WORDS = 32_768  # words whose token vectors an engine remembers (P floats each: 64 MB at P = 512)
+
+
+class ProjectionScratch(threading.local):
+    """One reusable output buffer per thread for the input projections; layers run one after another, and no view
+    of a block outlives its layer's time loop."""
+
+    buffer: torch.Tensor | None = None
+
+    def take(self, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
+        """A (rows, cols) buffer with ``like``'s dtype and device, contents undefined."""
+        old = self.buffer
+        same_kind = old is not None and (old.shape[1], old.dtype, old.device) == (cols, like.dtype, like.device)
+        if not same_kind or old.shape[0] < rows:
+            # grows by doubling up to one block (a rare longer step gets exactly what it needs)
+            block = PROJECTION_BLOCK_BYTES // (cols * like.element_size())
+            capacity = max(rows, min(2 * old.shape[0] if same_kind else 0, block))
+            self.buffer = None  # free the old buffer before making the new one
+            with torch.inference_mode(False):  # a normal tensor: writable in and outside inference mode
+                self.buffer = torch.empty(capacity, cols, dtype=like.dtype, device=like.device)
+        return self.buffer[:rows]
+
+
+class FrozenLayer:
+    """One LSTM layer's weights as multipliers (W_ih^T unpacked, it multiplies a whole layer's positions at once;
+    W_hh^T and W_proj^T packed) and a copy of its bias."""
+
+    def __init__(self, layer: ProjectedLSTMLayer, lstm_dtype: torch.dtype | None, device: torch.device,
+                 scratch: ProjectionScratch | None) -> None:
+        with torch.no_grad():
+            weights = [w.detach().to(device) for w in (layer.weight_ih, layer.weight_hh, layer.weight_proj)]
+            self.products = tuple(right_multiplier(w, lstm_dtype, pack=index > 0) for index, w in enumerate(weights))
+            self.bias = layer.bias.detach().to(device).clone()  # (4C,)
+        self.cell_clip, self.proj_clip = layer.cell_clip, layer.proj_clip
+        self.scratch = scratch
+
+    def __call__(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
+        buffer = self.scratch.take if self.scratch is not None else None
+        return run_layer(x, batch_sizes, state, self.products, self.bias, self.cell_clip, self.proj_clip, buffer)
+
+
+class InferenceEngine:
+    """Character ids (B, T, W) -> ``BiLMOutput``, without autograd, from frozen copies of a biLM's weights."""
+
+    def __init__(self, bilm: BiLM, precision: str = "fp32", cache_words: Sequence[str] | None = None,
+                 device: str | torch.device | None = None, stateful: bool | None = None,
+                 memo_words: int = MEMO_WORDS) -> None:
+        """Prefer ``InferenceEngine.build``; the arguments are the same."""
+        check_device(device)
+        if precision not in PRECISIONS:
+            raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.bilm = bilm
+        self.precision = precision
+        self.device = torch.device(device) if device is not None else bilm.char_encoder.projection.weight.device
+        self.stateful = bilm.stateful if stateful is None else stateful
+        self.cache_words = list(cache_words) if cache_words is not None else bilm.cache_words
+        self.memo_words = memo_words
+        self.carrier = StateCarrier()
+        self.rebuild()
+
+    @classmethod
+    def build(cls, bilm: BiLM, precision: str = "fp32", cache_words: Sequence[str] | None = None,
+              device: str | torch.device | None = None, stateful: bool | None = None) -> "InferenceEngine":
+        """An engine over ``bilm``'s current weights on ``device`` (default: where the weights are) in ``precision``
+        ("fp32", "bf16", "int8"). ``cache_words``: precompute these words' token vectors (default: the model's own
+        ``bilm.cache_words``, usually none; ``[]``: no cache); other words still work. ``stateful``: default the model's mode."""
+        return cls(bilm, precision, cache_words, device, stateful)
+
+    @property
+    def config(self) -> ElmoConfig:
+        return self.bilm.config
+
+    @property
+    def tokenizer_name(self) -> str | None:
+        return self.bilm.tokenizer_name
+
+    def rebuild(self) -> None:
+        """Copy the weights again (after they changed); forgets remembered tokens and carried states."""
+        self.close()
+        encoder_dtype, lstm_dtype = PRECISIONS[self.precision]
+        if lstm_dtype == torch.qint8 and self.device.type != "cpu":
+            raise UsageError("the int8 mode runs on the CPU only; use fp32 or bf16 on other devices")
+        source = self.bilm.char_encoder
+        same_place = source.projection.weight.device == self.device
+        # the encoder runs as it is where it already lives (it holds no state a forward pass changes); elsewhere a copy
+        self.encoder: CharEncoder = source if same_place else copy.deepcopy(source).to(self.device)
+        self.encoder_dtype = encoder_dtype
+        self.scratch = ProjectionScratch() if lstm_dtype is None else None
+        self.layers = [[FrozenLayer(layer, lstm_dtype, self.device, self.scratch) for layer in stack.layers]
+                       for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
+        self.skip = [stack.use_skip_connections for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
+        self.memo = TokenMemo(self.memo_words)
+        self.token_cache: TokenCache | None = None
+        if self.cache_words:
+            width = self.config.char_cnn.max_characters_per_token
+            self.token_cache = build_token_cache(self._encode_computed, self.cache_words, width, self.device)
+
+    def close(self) -> None:
+        """Free what the engine holds (packed matrices, memo, buffers); ``rebuild()`` makes them again."""
+        self.layers, self.memo, self.token_cache, self.scratch = [[], []], None, None, None
+        self.carrier.reset()
+
+    def forget_tokens(self) -> None:
+        """Empty the memo of recently seen words (so later numbers never depend on earlier inputs' order)."""
+        self.memo = TokenMemo(self.memo_words)
+
+    def reset_states(self) -> None:
+        """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
+        self.carrier.reset()
+
+    @torch.inference_mode()
+    def __call__(self, char_ids: torch.Tensor) -> BiLMOutput:
+        """char ids (B, T, W) without sentence boundaries -> every layer (``BiLM.forward``'s contract)."""
+        if self.memo is None:
+            raise UsageError("this inference engine was closed; call rebuild() first")
+        runner = Runner(self._encode, lambda *a: self.run_stack(0, *a), lambda *a: self.run_stack(1, *a),
+                        self.encoder.projection.weight.dtype)
+        return run_bilm(self.config, runner, char_ids.to(self.device), self.carrier if self.stateful else None)
+
+    @torch.inference_mode()
+    def run_stack(self, direction: int, x: torch.Tensor, batch_sizes: list[int],
+                  states: list[State]) -> tuple[list[torch.Tensor], list[State]]:
+        """One direction's LSTM layers alone (0 forward, 1 backward): x (B, T, P) sorted longest first, the rows
+        running at each step, each layer's (h, c) -> every layer's output (B, T, P) and final state."""
+        return run_stack(self.layers[direction], x, batch_sizes, states, self.skip[direction])
+
+    def _encode(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(N, W) -> (N, P): each distinct token once, cached or remembered words looked up, the others computed."""
+        if char_ids.shape[0] == 0:
+            return self._encode_computed(char_ids)  # (0, P)
+        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # (U, W), (N,)
+        if self.token_cache is None:
+            return self.memo.encode(unique, self._encode_computed)[inverse]
+        found, index = self.token_cache.lookup(unique)  # (U,), (U,)
+        vectors = self.token_cache.vectors.to(unique.device)  # (V, P)
+        if bool(found.all()):
+            return vectors[index][inverse]
+        out = vectors.new_empty(unique.shape[0], vectors.shape[1])  # (U, P)
+        out[found] = vectors[index[found]]
+        out[~found] = self.memo.encode(unique[~found], self._encode_computed)
+        return out[inverse]
+
+    def _encode_computed(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """The character CNN itself, in the engine's precision: (N, W) -> (N, P) float32."""
+        if self.encoder_dtype is not None and char_ids.device.type == "cpu":
+            with torch.autocast("cpu", dtype=self.encoder_dtype):
+                return self.encoder(char_ids).float()
+        return self.encoder(char_ids)
