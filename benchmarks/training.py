@@ -25,7 +25,7 @@ from elmo.data.vocab import Vocabulary  # noqa: E402
 from elmo.training.config import TrainConfig  # noqa: E402
 from elmo.training.trainer import Trainer  # noqa: E402
 
-BILM_TF = {"tiny": 5600, "small-cpu": 560}  # TRAINING.md: bilm-tf's own trainer on this machine (median)
+BILM_TF = {"tiny": 5600, "small-cpu": 560}  # docs/training.md §10: bilm-tf's own trainer on a 2-core CPU (median)
 
 
 def main() -> None:

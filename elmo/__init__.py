@@ -20,11 +20,14 @@ __all__ = [
 ]
 
 
+DISTRIBUTION = "elmo-bilm"  # the name on PyPI (pyproject.toml's project.name); the import name is elmo
+
+
 def _version() -> str:
     """The installed package's version: written once, in pyproject.toml, and read from the package metadata
     ("0+unknown" when the package is imported from a source tree that was never installed)."""
     try:
-        return _installed_version("elmo")
+        return _installed_version(DISTRIBUTION)
     except PackageNotFoundError:
         return "0+unknown"
 

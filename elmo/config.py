@@ -1,7 +1,7 @@
 """Typed model configuration, read from and written to bilm-tf's ``options.json``.
 
 The options file is the only description of an official ELMo model, so the config mirrors its keys one to one
-(FORMAT.md §1). Keys the model does not need (training settings such as ``n_tokens_vocab``) are accepted with a
+(docs/format.md §1). Keys the model does not need (training settings such as ``n_tokens_vocab``) are accepted with a
 warning and dropped; wrong types fail with one line naming the key.
 """
 
@@ -37,7 +37,7 @@ class ConfigError(ElmoError, ValueError):
 
 @dataclass(frozen=True)
 class CharCNNConfig:
-    """The character encoder: embedding, convolutions, highway layers (FORMAT.md §4.2)."""
+    """The character encoder: embedding, convolutions, highway layers (docs/format.md §4.2)."""
 
     embedding_dim: int = 16  # E: size of one character embedding
     filters: tuple[tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
@@ -58,7 +58,7 @@ class CharCNNConfig:
 
 @dataclass(frozen=True)
 class LSTMConfig:
-    """One direction's LSTM stack (both directions share it; FORMAT.md §4.3-4.4)."""
+    """One direction's LSTM stack (both directions share it; docs/format.md §4.3-4.4)."""
 
     dim: int = 4096  # C: memory cell size
     projection_dim: int = 512  # P: projected state size, also the token-vector size
@@ -206,7 +206,7 @@ def _read_options(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
 
 
-# ---- size presets (FORMAT.md §1, released configurations) -------------------------------------------------------
+# ---- size presets (docs/format.md §1, released configurations) -------------------------------------------------------
 
 def _released(dim: int, projection_dim: int, n_highway: int) -> ElmoConfig:
     return ElmoConfig(CharCNNConfig(n_highway=n_highway), LSTMConfig(dim=dim, projection_dim=projection_dim))

@@ -1,7 +1,7 @@
 """Embed a text file (one sentence per line) into an HDF5 file laid out like AllenNLP's ``allennlp elmo`` output.
 
 One float32 dataset per line, named by its 0-based line number ("0", "1", ...) or by the sentence itself, plus a
-``sentence_to_index`` JSON map (FORMAT.md §5). The input is streamed and each chunk is written as soon as it is
+``sentence_to_index`` JSON map (docs/format.md §5). The input is streamed and each chunk is written as soon as it is
 embedded, so memory stays flat however long the file is (only the sentence-to-index map grows, one short string per
 line; ``forget_sentences`` drops it). The output appears only when complete (temporary file + rename). An output
 name ending in ``.npz`` gives a NumPy archive with the same keys instead (``np.load(path)["0"]``).

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The README's downstream table: every task with the learned mix of the shipped biLM and with the token layer only
+# The downstream table of docs/results.md: every task with the learned mix of the shipped biLM and with the token layer only
 # (the context-independent baseline), plus the two probes. Dev sets only (the test splits are withheld).
 #   EPOCHS=3 NSMC_TRAIN=10000 scripts/downstream_results.sh [OUT_DIR]   (about 20 minutes on 2 CPU cores)
 #   LANGS=en ... runs only the English tasks and the probes (LANGS=ko: only the Korean tasks)
 # Two heads train at once with one thread each; the mix and token runs of a task share one feature cache.
 set -euo pipefail
 out=${1:-runs/tasks}
-D=${DATA:-../shared/data}
+D=${DATA:-${ELMO_DATA:-../shared/data}}   # the data folder
 EPOCHS=${EPOCHS:-5}
 KMOU_EPOCHS=${KMOU_EPOCHS:-15}   # 2,928 training sentences: the CRF needs more passes than 3
 NSMC_TRAIN=${NSMC_TRAIN:-20000}   # NSMC-rebuilt has 140,000 training reviews; a slice keeps the run short

@@ -1,4 +1,4 @@
-"""Build the English pretraining text from ../shared/data: one tokenised sentence per line, gzip.
+"""Build the English pretraining text from the data folder (--data): one tokenised sentence per line, gzip.
 
     python scripts/prepare_english.py --out runs/data/en
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import zipfile
 from pathlib import Path
@@ -19,7 +20,8 @@ from pathlib import Path
 from elmo.text.sentences import split_sentences
 from elmo.text.tokenize import english_tokenize
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "en"
+DEFAULT_DATA = os.environ.get("ELMO_DATA") or str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
+DATA = Path(DEFAULT_DATA) / "en"  # set from --data in main
 HELD_OUT_FROM = 95_000
 
 
@@ -52,7 +54,10 @@ def tagged_zip(path: Path, separator: str, skip: set[str]):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/data/en")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default: $ELMO_DATA or ../shared/data)")
     args = parser.parse_args()
+    global DATA
+    DATA = Path(args.data) / "en"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sources = {"imdb": imdb(), "nlp-corpus": nlp_corpus(False),

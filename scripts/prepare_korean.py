@@ -1,4 +1,4 @@
-"""Build the Korean pretraining text from ../shared/data: one tokenised sentence per line, gzip.
+"""Build the Korean pretraining text from the data folder (--data): one tokenised sentence per line, gzip.
 
     python scripts/prepare_korean.py --out runs/data/ko
 
@@ -14,6 +14,7 @@ import argparse
 import csv
 import gzip
 import json
+import os
 import random
 import re
 import sys
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from elmo.text.tokenize import korean_tokenize
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ko"
+DEFAULT_DATA = os.environ.get("ELMO_DATA") or str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
+DATA = Path(DEFAULT_DATA) / "ko"  # set from --data in main
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 csv.field_size_limit(sys.maxsize)
 
@@ -62,7 +64,10 @@ def korquad():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/data/ko")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="the data folder (default: $ELMO_DATA or ../shared/data)")
     args = parser.parse_args()
+    global DATA
+    DATA = Path(args.data) / "ko"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dev = nsmc_dev_texts()

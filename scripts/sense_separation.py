@@ -9,13 +9,15 @@ accuracy. A check of a model on sentences nobody chose for it (the labels are Se
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from elmo.context import annotated_occurrences, separation_report
 from elmo.embed import Embedder
 from elmo.tasks.readers import read_wsd_xml
 
-SEMCOR = Path(__file__).resolve().parents[2] / "shared" / "data" / "en" / "wsd" / "semcor"
+DATA = os.environ.get("ELMO_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"  # the default folder
+SEMCOR = Path(DATA) / "en" / "wsd" / "semcor"
 
 
 def main() -> None:

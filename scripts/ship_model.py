@@ -1,9 +1,10 @@
 """Ship a trained checkpoint inside the package: elmo/models/NAME/ (config.json, float16 model.safetensors,
-MODEL_CARD.md with the measured perplexities next to the count-based baselines).
+MODEL_CARD.md with the measured perplexities next to the count-based baselines), in the sections the cards share.
 
     scripts/evaluate_lm.sh runs/en-ship runs/data/en > runs/en-ship/eval.txt
     python scripts/ship_model.py runs/en-ship --name en --eval-report runs/en-ship/eval.txt \\
-        --data "..." --tokenisation "..." --train-command "..." --eval-command "scripts/evaluate_lm.sh ..."
+        --intended-use "..." --data "..." --tokenisation "..." --train-command "..." \\
+        --eval-command "scripts/evaluate_lm.sh ..." --limitations "..."
 
 The card is generated from the checkpoint (config, steps, tokens seen, training time) and the evaluation report
 (the output of scripts/evaluate_lm.sh), so its numbers are the measured ones.
@@ -51,7 +52,7 @@ def parse_report(text: str) -> list[dict]:
 def table(rows: list[dict]) -> str:
     zero = all("zero_state" in r for r in rows)
     lines = ["| held-out set | tokens | ELMo forward | ELMo backward | ELMo mean "
-             + ("| ELMo mean, each sentence from zeros " if zero else "") + "| unigram | KN trigram | beats both |",
+             + ("| ELMo mean, from zeros " if zero else "") + "| unigram | KN trigram | beats both |",
              "|---|---:|---:|---:|---:|" + ("---:|" if zero else "") + "---:|---:|:---:|"]
     for r in rows:
         worst = max(r["mean"], r["zero_state"]) if zero else r["mean"]
@@ -71,8 +72,10 @@ def main() -> None:
     parser.add_argument("--tokenisation", required=True)
     parser.add_argument("--train-command", required=True)
     parser.add_argument("--eval-command", required=True)
-    parser.add_argument("--notes", default="", help="anything else the card must say (markdown)")
-    parser.add_argument("--hardware", default="this project's 2-core CPU machine (sharing it with other work)",
+    parser.add_argument("--intended-use", required=True, help="what the model is for, and what not (markdown)")
+    parser.add_argument("--limitations", required=True,
+                        help="what it does badly, with measured figures (e.g. scripts/sense_check.py's)")
+    parser.add_argument("--hardware", default="a 2-core CPU",
                         help="where it was trained, for the card")
     args = parser.parse_args()
 
@@ -85,48 +88,52 @@ def main() -> None:
     size_mb = (out / "model.safetensors").stat().st_size / 1e6
     rows = parse_report(Path(args.eval_report).read_text(encoding="utf-8"))
     c = bilm.config
-    card = f"""# Shipped model `{args.name}`
+    filters = ", ".join(str(f) for f in c.char_cnn.filters)
+    card = f"""# Model card: shipped model `{args.name}`
 
-`Embedder.from_pretrained("{args.name}")`, `elmo embed --model {args.name} ...`: no network needed.
+`Embedder.from_pretrained("{args.name}")`, `elmo embed --model {args.name} ...`: inside the package, no network needed.
 
-## Data
+## Intended use
+{args.intended_use}
+
+## Training data
 {args.data}
 
 ## Tokenisation
 {args.tokenisation}
 
-## Model
-Character CNN: filters {c.char_cnn.filters} ({sum(n for _, n in c.char_cnn.filters):,} in all), {c.char_cnn.n_highway}
-highway layer(s), char embedding {c.char_cnn.embedding_dim}; biLSTM: {c.lstm.n_layers} layers, {c.lstm.dim} cells,
-projection {c.lstm.projection_dim}, skip connections {c.lstm.use_skip_connections}, cell clip {c.lstm.cell_clip},
-projection clip {c.lstm.proj_clip}. {n_params:,} parameters in the biLM (the softmax over the {len(vocab):,}-word
-vocabulary is used in training only and is not shipped). Stored as float16 safetensors: {size_mb:.1f} MB.
+## Architecture
+Character CNN with filters {filters} ({sum(n for _, n in c.char_cnn.filters):,} in all) over
+{c.char_cnn.embedding_dim}-dimensional character embeddings, {c.char_cnn.n_highway} highway layer(s); biLSTM of
+{c.lstm.n_layers} layers with {c.lstm.dim} cells and {c.lstm.projection_dim}-dimensional projections, skip connections
+{c.lstm.use_skip_connections}, cell clip {c.lstm.cell_clip}, projection clip {c.lstm.proj_clip}. {n_params:,} parameters
+in the biLM; the softmax over the {len(vocab):,}-word vocabulary is used in training only and is not shipped. Stored
+as float16 safetensors, {size_mb:.1f} MB.
 
 ## Training
-{trainer['step']:,} steps, {trainer['tokens_seen']:,} tokens seen, {trainer['elapsed'] / 3600:.2f} hours on
-{args.hardware}. Command:
+{trainer['step']:,} batches: {trainer['tokens_seen']:,} tokens seen, {trainer['elapsed'] / 3600:.1f} hours on
+{args.hardware}. The recipe (docs/training.md):
 
-```
+```bash
 {args.train_command}
 ```
 
-## Held-out perplexity
-Full-softmax perplexity of the forward and backward LMs over the {len(vocab):,}-word vocabulary (out-of-vocabulary
-words count as `<UNK>`, for the LM and the baselines alike; the forward direction predicts each word and `</S>`, the
-backward one each word and `<S>`); "mean" is the geometric mean of the two directions. As in training (and bilm-tf's
-evaluation), each batch row reads its sentences as one stream, its state carried from one sentence to the next;
-where the table has the column, "each sentence from zeros" reads every sentence on its own from the zero state, as
-embedding does (`elmo perplexity --zero-state`; "beats both" then asks it of both figures). The baselines — an add-one unigram model and an
-interpolated modified Kneser-Ney trigram model (three discounts per order) — are trained on the same training text
-with the same vocabulary. Measured on the float32 checkpoint before the float16 rounding. Command:
+## Evaluation
+Held-out perplexity of the full softmax over the {len(vocab):,}-word vocabulary (out-of-vocabulary words count as
+`<UNK>`, for the biLM and the baselines alike); "mean" is the geometric mean of the forward and backward LMs. Each
+batch row reads its sentences as one stream with the state carried, as in training; "from zeros" reads every
+sentence on its own from the zero state, as embedding does. The baselines, an add-one unigram model and an
+interpolated modified Kneser-Ney trigram model, are trained on the same training text with the same vocabulary.
+Measured on the float32 weights before the float16 rounding:
 
-```
+```bash
 {args.eval_command}
 ```
 
 {table(rows)}
 
-{args.notes}
+## Limitations
+{args.limitations}
 """
     with atomic_path(out / "MODEL_CARD.md") as tmp:
         tmp.write_text(card, encoding="utf-8")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Train the shipped English and Korean models side by side on one GPU, measure their held-out perplexity and
 # write elmo/models/{en,ko} (float16 weights + model card), all in one command for a lent GPU machine (about
-# 9 minutes with MINUTES=7). Prepared for a lent H200 and NOT yet run on one: the loan was refused in the session
-# that wrote it (its CUDA-only code paths were checked on the CPU with bf16 autocast).
+# 9 minutes with MINUTES=7). Not yet run on a GPU: its CUDA-only code paths were checked on the CPU with bf16
+# autocast, and DEVICE=cpu CONFIG=tiny runs the whole pipeline.
 # Usage, from the repository root:
 #
 #   scripts/train_ship_gpu.sh DATA MINUTES OUT
@@ -10,11 +10,12 @@
 # DATA holds en-train.txt.xz, ko-train.txt.xz (runs/data/{en,ko}/train.txt.gz recompressed), en-vocab.txt,
 # ko-vocab.txt, the held-out files xz-compressed (1b-dev.txt.xz wikitext2-valid.txt.xz heldout-nlp.txt.xz
 # heldout-nsmc.txt.xz, as made by scripts/prepare_{english,korean}.py), baselines-{en,ko}.txt (the output of `elmo baselines`, see
-# scripts/evaluate_lm.sh) and {en,ko}-{data,tok}.md (the card's data and tokenisation paragraphs).
+# scripts/evaluate_lm.sh) and {en,ko}-{use,data,tok,limits}.md (the card's intended use, training data,
+# tokenisation and limitations paragraphs).
 # MINUTES: training time of each model; OUT: logs, metrics and evaluation reports. Environment: DEVICE (cuda),
 # CONFIG (ship-cpu), BATCH (256 rows), PYTHON (python3); DEVICE=cpu CONFIG=tiny runs the whole pipeline as a check.
 # It trains from scratch and overwrites elmo/models/{en,ko}: keep the result only if OUT/{en,ko}-eval.txt beat the
-# models already shipped (their cards: CPU-trained en 1B dev 207.6, ko NSMC 167.7 as of 2026-11-30).
+# models already shipped (their cards: CPU-trained en 1B dev 207.6, ko NSMC 167.7).
 set -uo pipefail
 data=$1 minutes=$2 out=$3
 export PYTHONUNBUFFERED=1
@@ -54,7 +55,8 @@ wait
 hardware=${HARDWARE:-"one NVIDIA H200 GPU (lent for one run; the English and the Korean model trained side by side, bf16 autocast)"}
 ship() {  # lang
   $py scripts/ship_model.py "runs/$1-gpu" --name "$1" --eval-report "$out/$1-eval.txt" \
-      --data "$(cat "$data/$1-data.md")" --tokenisation "$(cat "$data/$1-tok.md")" --hardware "$hardware" \
+      --intended-use "$(cat "$data/$1-use.md")" --data "$(cat "$data/$1-data.md")" \
+      --tokenisation "$(cat "$data/$1-tok.md")" --limitations "$(cat "$data/$1-limits.md")" --hardware "$hardware" \
       --train-command "scripts/train_ship_gpu.sh DATA $minutes OUT   # runs: elmo train runs/$1-train.txt --config $config --vocab $1-vocab.txt --batch-size $batch --max-minutes $minutes --device $device" \
       --eval-command "elmo perplexity runs/$1-gpu FILE --device $device [--zero-state]; elmo baselines (scripts/evaluate_lm.sh)"
 }

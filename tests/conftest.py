@@ -1,8 +1,15 @@
-"""Shared test helpers: where the real fixtures live, and small models with random weights."""
+"""Test helpers: the vendored AllenNLP fixture, the real-data folder (optional), and small random models.
+
+The AllenNLP ELMo test fixture lives in ``tests/fixtures/elmo`` (Apache-2.0, see its NOTICE). Tests that need
+the larger real data sets (text corpora, task data) read them from the folder named by the ``ELMO_DATA``
+environment variable, by default ``../shared/data`` beside the repository; without it they are skipped, each with
+one line naming the file it needs. ``data_path`` and ``needs_data`` are the only ways tests reach that folder.
+"""
 
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 from itertools import islice
 from pathlib import Path
@@ -14,7 +21,7 @@ from elmo.config import CharCNNConfig, ElmoConfig, LSTMConfig
 from elmo.model.bilm import BiLM
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT.parent / "shared" / "data" / "fixtures" / "elmo"
+FIXTURES = ROOT / "tests" / "fixtures" / "elmo"
 OPTIONS = FIXTURES / "options.json"
 WEIGHTS = FIXTURES / "lm_weights.hdf5"
 
@@ -78,8 +85,32 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+# ---- the real-data folder (optional) ---------------------------------------------------------------------------
+DATA = Path(os.environ.get("ELMO_DATA") or ROOT.parent / "shared" / "data")
+
+
+def _missing(relative: str) -> str | None:
+    """Why ``DATA / relative`` cannot be used (one line), or None when it is there."""
+    if (DATA / relative).exists():
+        return None
+    return f"needs {relative} of the real-data folder (set ELMO_DATA; looked in {DATA})"
+
+
+def data_path(relative: str) -> Path:
+    """A file or folder of the real-data folder; skips the calling test (or fixture) when it is not there."""
+    reason = _missing(relative)
+    if reason:
+        pytest.skip(reason)
+    return DATA / relative
+
+
+def needs_data(*relatives: str) -> pytest.MarkDecorator:
+    """A mark that skips a test (or, as ``pytestmark``, a module) unless these real-data files are there."""
+    reasons = [r for r in map(_missing, relatives) if r]
+    return pytest.mark.skipif(bool(reasons), reason=reasons[0] if reasons else "")
+
+
 # ---- real text slices for training tests -----------------------------------------------------------------------
-DATA = ROOT.parent / "shared" / "data"
 
 
 def write_text_slice(path: Path, start: int, count: int) -> Path:
@@ -88,7 +119,7 @@ def write_text_slice(path: Path, start: int, count: int) -> Path:
 
     from elmo.text.tokenize import english_tokenize
 
-    with gzip.open(DATA / "en" / "nlp-corpus" / "sentences.txt.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(data_path("en/nlp-corpus/sentences.txt.gz"), "rt", encoding="utf-8") as f:
         lines = [" ".join(english_tokenize(line)) for line in islice(f, start, start + count)]
     path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
     return path
@@ -102,7 +133,7 @@ def write_review_slice(path: Path, reviews: int) -> Path:
     from elmo.text.sentences import split_sentences
     from elmo.text.tokenize import english_tokenize
 
-    with gzip.open(DATA / "en" / "imdb" / "reviews.jsonl.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(data_path("en/imdb/reviews.jsonl.gz"), "rt", encoding="utf-8") as f:
         lines = [" ".join(english_tokenize(sentence)) for review in islice(f, reviews)
                  for sentence in split_sentences(json.loads(review)["text"])]
     path.write_text("\n".join(line for line in lines if line) + "\n", encoding="utf-8")
@@ -115,9 +146,10 @@ def review_slices(tmp_path_factory):
     lines of the 1B Word held-out dev set, and a vocabulary of every word of the training slice."""
     from elmo.data.vocab import Vocabulary
 
+    dev_tokens = data_path("en/1b-heldout/dev.tokens")
     root = tmp_path_factory.mktemp("reviews")
     train = write_review_slice(root / "train.txt", 600)
-    with (DATA / "en" / "1b-heldout" / "dev.tokens").open(encoding="utf-8") as f:
+    with dev_tokens.open(encoding="utf-8") as f:
         (root / "dev.txt").write_text("".join(islice(f, 300)), encoding="utf-8")
     Vocabulary.build(line.split() for line in train.open(encoding="utf-8")).save(root / "vocab.txt")
     return train, root / "dev.txt", root / "vocab.txt"

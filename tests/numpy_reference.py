@@ -1,4 +1,4 @@
-"""An independent NumPy forward pass written from FORMAT.md alone, reading the official files directly.
+"""An independent NumPy forward pass written from docs/format.md alone, reading the official files directly.
 
 It shares no code with the package (no conversions, no sorting, no batching): one sentence, zero initial state,
 TensorFlow layouts and gate order as stored. Tests compare the package against it on variants the fixtures do not

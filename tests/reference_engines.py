@@ -1,7 +1,7 @@
 """Engines kept outside the package as references for tests and benchmarks; none of them calls the package's LSTM
 step (``elmo.model.cell.lstm_step``), so they check it independently.
 
-- ``reference_layer_forward``: one layer, the plain per-step, per-row-masked computation of FORMAT.md §4.3, its
+- ``reference_layer_forward``: one layer, the plain per-step, per-row-masked computation of docs/format.md §4.3, its
   step's arithmetic written out here.
 - ``reference_forward``: the slow, obvious forward pass, the way AllenNLP computes it: the character CNN over all W
   slots of every slot (padding included, masked afterwards), and each LSTM layer one time step at a time over the
@@ -28,7 +28,7 @@ from elmo.model.state import zero_state
 
 def reference_layer_forward(layer: ProjectedLSTMLayer, x: torch.Tensor, lengths: torch.Tensor,
                             state: State) -> tuple[torch.Tensor, State]:
-    """The plain per-step, per-row-masked computation of FORMAT.md §4.3, in any row order.
+    """The plain per-step, per-row-masked computation of docs/format.md §4.3, in any row order.
 
     x: (B, T, In), lengths (B,), state (h (B, P), c (B, C)).
     """

@@ -35,8 +35,21 @@ def _stdin(monkeypatch, data: bytes) -> None:
 
 # ---- version and packaging -------------------------------------------------------------------------------------
 
+def test_the_distribution_name_is_the_one_pyproject_declares():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    assert elmo.DISTRIBUTION == declared != "elmo"  # "elmo" on PyPI is an unrelated project
+
+
 def test_version_comes_from_the_package_metadata_and_is_written_once(capsys):
-    installed = importlib.metadata.version("elmo")
+    try:
+        installed = importlib.metadata.version(elmo.DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{elmo.DISTRIBUTION} is not installed here (pip install -e .): elmo is imported from a source tree")
     assert elmo.__version__ == installed
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"elmo {installed}"

@@ -3,6 +3,7 @@
 import json
 
 import h5py
+import pytest
 import torch
 
 from elmo.cli import main
@@ -24,6 +25,7 @@ def _micro_toml(path, **train_changes):
     return str(path)
 
 
+@pytest.mark.slow
 def test_vocab_train_resume_perplexity_score_substitutes_export(text_slices, tmp_path, capsys):
     train, dev, _ = text_slices
     _micro_toml(tmp_path / "micro.toml")

@@ -1,4 +1,4 @@
-"""AllenNLP's ELMo fixtures reproduced (FORMAT.md §6): the numbers users expect from the official weights."""
+"""AllenNLP's ELMo fixtures reproduced (docs/format.md §6): the numbers users expect from the official weights."""
 
 import json
 

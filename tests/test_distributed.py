@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(text_slices, tmp_path, report):
     """With the full softmax (no sampled negatives: each process draws its own, as bilm-tf's towers do), two
     processes of 3 rows train exactly as one of 6, including which rows start a sentence from the zero state and
@@ -42,6 +44,7 @@ def test_two_processes_match_one(text_slices, tmp_path, report):
     assert len(json.loads((two / "run" / "step-00000010" / "trainer.json").read_text())["data"]) == 2
 
 
+@pytest.mark.slow
 def test_processes_stop_together_on_max_minutes_even_when_one_starts_late(text_slices, tmp_path):
     """Each process used to read its own clock: the first to run out went to checkpoint while the other was still
     in a training step, and both waited for each other forever."""

@@ -10,12 +10,12 @@ import h5py
 import pytest
 
 from elmo.cli import main
-from tests.conftest import DATA
+from tests.conftest import DATA, needs_data
 
 DEV = DATA / "en" / "1b-heldout" / "dev.tokens"
 LINES = 2000
 
-pytestmark = pytest.mark.skipif(not DEV.is_file(), reason=f"no 1B Word held-out file at {DEV}")
+pytestmark = needs_data("en/1b-heldout/dev.tokens")
 
 
 @pytest.fixture(scope="module")

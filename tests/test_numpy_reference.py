@@ -1,4 +1,4 @@
-"""The package against an independent NumPy implementation of FORMAT.md, on model variants with random weights."""
+"""The package against an independent NumPy implementation of docs/format.md, on model variants with random weights."""
 
 import numpy as np
 import pytest

@@ -26,7 +26,7 @@ from elmo.tasks.readers import (
     read_wsd_xml,
 )
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from tests.conftest import data_path
 
 
 def write(path: Path, text: str, gz: bool = False) -> Path:
@@ -39,12 +39,7 @@ def write(path: Path, text: str, gz: bool = False) -> Path:
     return path
 
 
-def real(relative: str) -> Path:
-    """A file of the shared data folder; skips the test when it is not there."""
-    path = DATA / relative
-    if not path.exists():
-        pytest.skip(f"shared data not available: {path}")
-    return path
+real = data_path  # a file of the real-data folder; the test is skipped when it is not there
 
 
 def assert_format_error(excinfo: pytest.ExceptionInfo[DataFormatError], path: Path, line: int) -> None:
@@ -368,7 +363,7 @@ def test_wordnet_index_sense_malformed(tmp_path):
     assert_format_error(excinfo, path, 2)
 
 
-# ---- real files (counts from /work/shared/data/README.md) --------------------------------------------------------
+# ---- real files (counts from the data folder's README.md) ------------------------------------------------------
 def n_tokens(sentences: list[TaggedSentence]) -> int:
     return sum(len(s.tokens) for s in sentences)
 
@@ -437,4 +432,4 @@ def test_real_semeval2007_first_sense_baseline():
     index = read_wordnet_index_sense(real("en/wordnet/index.sense.gz"))
     assert sum(map(len, index.values())) == 206941
     correct = sum(first_sense(index, s.lemmas[i], s.pos[i]) in keys for s, i, keys in instances)
-    assert round(100 * correct / len(instances), 1) == 55.2  # WordNet first sense on SE07, as in the README
+    assert round(100 * correct / len(instances), 1) == 55.2  # WordNet first sense on SE07, as in docs/results.md

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,9 +14,7 @@ from elmo.cli import main
 from elmo.embed import Embedder
 from elmo.tasks.features import cached_features
 from elmo.tasks.heads import CRF, LayerInput
-from tests.conftest import OPTIONS, WEIGHTS
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from tests.conftest import DATA, OPTIONS, WEIGHTS, data_path, needs_data
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +104,7 @@ def test_feature_cache_is_reused_and_matches_the_embedder(model_dir, tmp_path):
     assert len(list(tmp_path.iterdir())) == 2  # different sentences, different file
 
 
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
-
-
-@needs_data
+@pytest.mark.slow
 @pytest.mark.parametrize("task,fmt,train,dev,extra", [
     ("ner", "conll2003", "en/conll2003/train.txt.gz", "en/conll2003/valid.txt.gz", []),
     ("pos", "conllu", "en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/ud-ewt/en_ewt-ud-dev.conllu.gz", []),
@@ -120,8 +114,7 @@ needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not pr
     ("classify", "sst", "en/sst/trees/train.txt.gz", "en/sst/trees/dev.txt.gz", []),
 ])
 def test_task_pipelines_end_to_end(task, fmt, train, dev, extra, model_dir, tmp_path, capsys):
-    if not (DATA / train).is_file():
-        pytest.skip(f"{train} not present")
+    data_path(train), data_path(dev)  # skips when the real-data folder does not have them
     out = tmp_path / "task"
     common = ["--format", fmt, "--cache", str(tmp_path / "cache"), "--max-items", "40", "--quiet"]
     assert main(["task", "train", task, "--train", str(DATA / train), "--dev", str(DATA / dev), "--model",
@@ -139,7 +132,7 @@ def test_task_pipelines_end_to_end(task, fmt, train, dev, extra, model_dir, tmp_
     assert len(printed) == 4 and printed[1] == "" and printed[0] and printed[2] and printed[3] == ""  # line for line
 
 
-@needs_data
+@needs_data("en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/ud-ewt/en_ewt-ud-dev.conllu.gz")
 def test_pos_tagger_learns_beyond_the_majority_tag(model_dir, tmp_path):
     from elmo.tasks.commands import train_task
 
@@ -161,7 +154,8 @@ def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert "does not fit task" in capsys.readouterr().err
 
 
-@needs_data
+@pytest.mark.slow
+@needs_data("en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/wsd/semcor/semcor.data.xml.gz", "en/wordnet/index.sense.gz")
 def test_probe_commands_print_a_row_per_layer_and_the_static_baseline(model_dir, tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("\n".join(["the bank of the river", "money in the bank", "a river runs"] * 50) + "\n")
@@ -188,7 +182,7 @@ def test_probe_commands_print_a_row_per_layer_and_the_static_baseline(model_dir,
     assert abs(rows["first WordNet sense"] - 55.16) < 0.01  # 251 / 455 on SemEval-2007, the known baseline
 
 
-@needs_data
+@needs_data("en/ud-ewt/en_ewt-ud-train.conllu.gz", "en/ud-ewt/en_ewt-ud-dev.conllu.gz")
 def test_saved_task_models_refuse_damage_and_a_different_bilm(model_dir, tmp_path, capsys):
     from elmo.tasks.commands import train_task
 

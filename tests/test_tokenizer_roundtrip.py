@@ -15,10 +15,9 @@ from elmo.io.load import load_bilm
 from elmo.io.native import load_model, save_model
 from elmo.io.official import export_official, load_official
 from elmo.text.tokenize import english_tokenize, get_tokenizer
-from tests.conftest import DATA, micro_train_config, random_bilm, small_config
+from tests.conftest import data_path, micro_train_config, random_bilm, small_config
 
 SENTENCES = {"en": ["Don't stop.", "Mr. Smith went to Washington."], "ko": ["나는 은행에서 돈을 찾았다."]}
-ONE_B_DEV = DATA / "en" / "1b-heldout" / "dev.tokens"
 
 
 # ---- the English tokenizer ---------------------------------------------------------------------------------------
@@ -44,9 +43,7 @@ def test_english_text_already_tokenised_comes_back_unchanged():
 
 def test_every_line_of_the_1b_word_dev_set_is_kept_as_it_is():
     """ELMo's training text is the 1B Word Benchmark's, tokenised already: the tokenizer must not split it again."""
-    if not ONE_B_DEV.is_file():
-        pytest.skip(f"{ONE_B_DEV} not found (the shared data folder is absent)")
-    lines = [line for line in ONE_B_DEV.read_text(encoding="utf-8").split("\n") if line.strip()]
+    lines = [line for line in data_path("en/1b-heldout/dev.tokens").read_text(encoding="utf-8").split("\n") if line.strip()]
     changed = [line for line in lines if english_tokenize(line) != line.split()]
     assert len(lines) > 12_000
     assert not changed, f"{len(changed)} of {len(lines)} lines re-split, e.g. {changed[0]!r}"

@@ -1,4 +1,4 @@
-"""Words to character ids, exactly as bilm-tf and AllenNLP (FORMAT.md §3).
+"""Words to character ids, exactly as bilm-tf and AllenNLP (docs/format.md §3).
 
 A token is its UTF-8 bytes framed by begin/end-of-word marks and padded to ``W`` = 50 slots. Every id is shifted
 by one so that 0 can mean "no token here": a slot of fifty zeros is padding. The in-word padding character is a
@@ -95,7 +95,7 @@ def boundary_ids(width: int) -> tuple[torch.Tensor, torch.Tensor]:
 def add_sentence_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Wrap every row as ``<S> w_1 .. w_n </S>``: (B, T, W) -> ids (B, T + 2, W) and lengths (B,) = n + 2.
 
-    An empty row becomes ``<S> </S>`` (FORMAT.md §4.1): it still runs, and yields no output vectors.
+    An empty row becomes ``<S> </S>`` (docs/format.md §4.1): it still runs, and yields no output vectors.
     """
     batch, steps, width = char_ids.shape
     lengths = (char_ids > 0).any(-1).sum(-1)  # (B,) real tokens per row (rows are left-aligned)

@@ -1,4 +1,4 @@
-"""Streamed training text -> the bidirectional LM's batches (TRAINING.md, "Batching").
+"""Streamed training text -> the bidirectional LM's batches (docs/training.md §2).
 
 Each batch row is an endless stream of sentences, each written ``<S> w1 .. wn </S>``, cut into windows of
 ``unroll_steps`` tokens. The input is the stream, the target is the stream shifted by one; a sentence that does not

@@ -1,4 +1,4 @@
-"""The bidirectional language model: token layer + a forward and a backward LSTM stack (FORMAT.md §4).
+"""The bidirectional language model: token layer + a forward and a backward LSTM stack (docs/format.md §4).
 
 Two run modes:
 

@@ -1,4 +1,4 @@
-"""One step of the LSTM with a projected, clipped state (FORMAT.md §4.3): the only place its arithmetic is written.
+"""One step of the LSTM with a projected, clipped state (docs/format.md §4.3): the only place its arithmetic is written.
 
 Every path of the package runs its steps through ``lstm_step``: inference (in place, pre-packed products), the
 step-by-step autograd path (mixed precision), and training's ``LayerSequence`` (which records the intermediates

@@ -1,4 +1,4 @@
-"""The context-independent token layer: characters -> CNN -> highway -> projection (FORMAT.md §4.2)."""
+"""The context-independent token layer: characters -> CNN -> highway -> projection (docs/format.md §4.2)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def length_groups(char_ids: torch.Tensor, max_filter_width: int) -> list[tuple[t
     Past a token's end-of-word mark every slot holds the same padding character, so every convolution window that
     lies wholly in that padding gives one and the same value. Keeping a group's longest token plus one widest
     window of padding keeps at least one such window for every token that had one, so no max-pooled feature
-    changes (FORMAT.md §4.2). Widths are grouped in steps of LENGTH_GROUP_STEP, so a batch makes few groups.
+    changes (docs/format.md §4.2). Widths are grouped in steps of LENGTH_GROUP_STEP, so a batch makes few groups.
     """
     n, width = char_ids.shape
     if n == 0:

@@ -1,7 +1,7 @@
 """LSTM with a projected, clipped state (bilm-tf's ``LSTMCell(num_proj=...)``), the stack of such layers, and the
 one time loop every path runs.
 
-One step (FORMAT.md §4.3): z = x W_ih^T + r W_hh^T + bias (4C), then ``elmo.model.cell.lstm_step`` (the gates,
+One step (docs/format.md §4.3): z = x W_ih^T + r W_hh^T + bias (4C), then ``elmo.model.cell.lstm_step`` (the gates,
 the clipped memory c and the clipped projection r), the one place the step's arithmetic is written.
 
 ``torch.nn.LSTM`` cannot clip, so the time loop is ours (``run_layer``). Rows come sorted longest first, so at each

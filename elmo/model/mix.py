@@ -1,6 +1,6 @@
 """Ways to read the biLM's layers: the one place that names them ("all", "top", "average", "mix", an index),
 checks them and selects them (``Embedder``, ``embed_file``), and the learned readouts a downstream task holds
-(``ScalarMix``, ``ComponentProjection``: FORMAT.md §4.6 and the paper's projection variant). A fixed "mix" and
+(``ScalarMix``, ``ComponentProjection``: docs/format.md §4.6 and the paper's projection variant). A fixed "mix" and
 ``ScalarMix`` are the same arithmetic (``scalar_weights``)."""
 
 from __future__ import annotations

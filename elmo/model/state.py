@@ -1,4 +1,4 @@
-"""LSTM state carried from one batch to the next: AllenNLP's legacy ("stateful") behaviour, FORMAT.md §4.7.
+"""LSTM state carried from one batch to the next: AllenNLP's legacy ("stateful") behaviour, docs/format.md §4.7.
 
 Row ``b`` of a batch starts where row ``b`` of earlier batches ended; rows a smaller batch does not use keep their
 state; rows beyond every earlier batch start from zero. A row whose new layer-0 state sums to exactly zero is

@@ -7,7 +7,7 @@ Two kinds of source:
 * a biLM alone — a shipped model ("en", "ko"), an official model ("original" ...), our model folder, or a folder with
   the official options.json + one .hdf5. Published ELMo weights hold no softmax, so adapting them to new text needs a
   vocabulary (``--vocab``) and a new softmax; the trainer then freezes the biLM for ``freeze_bilm_steps`` batches
-  while the new softmax learns to read it (why, with the measurements: README, "Starting from published weights").
+  while the new softmax learns to read it (why, with the measurements: docs/training.md §7).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model
 
-# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say (README,
-# "Starting from published weights")
+# batches with the biLM frozen when a run starts from a biLM without a softmax and the config does not say
+# (docs/training.md §7)
 DEFAULT_FREEZE_STEPS = 1000
 
 

@@ -27,7 +27,8 @@ class LanguageModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: ElmoConfig, vocab_size: int, dropout: float = 0.1) -> "LanguageModel":
-        """A new model, initialised as bilm-tf initialises it (the modules' own ``reset_parameters``)."""
+        """A new model, initialised as bilm-tf initialises it (docs/training.md §3; the modules' own
+        ``reset_parameters``)."""
         return cls(BiLM.from_config(config), LMSoftmax(vocab_size, config.lstm.projection_dim), dropout)
 
     def forward(self, forward: tuple[torch.Tensor, torch.Tensor], backward: tuple[torch.Tensor, torch.Tensor],

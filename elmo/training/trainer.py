@@ -4,7 +4,7 @@ Per batch: the forward rows and the backward rows (independent streams) each run
 states their rows ended in (or from zeros, for rows whose window begins a sentence: ``zero_state_share``); the
 softmax shared by both directions scores the targets of each direction against that direction's own sampled
 negatives (shared by its positions; each rank draws its own); loss = (forward + backward) / 2; the gradient of
-loss x unroll_steps is clipped to a global norm and applied by Adagrad (TRAINING.md). Every random draw comes from
+loss x unroll_steps is clipped to a global norm and applied by Adagrad (docs/training.md §3-§4). Every random draw comes from
 saved generators or from (seed, step), so a resumed run continues exactly where the checkpoint left off.
 """
 

@@ -1,4 +1,4 @@
-"""The table of bad inputs (README, "Bad input"): each gives a correct result or one clear error line."""
+"""The table of bad inputs (docs/reliability.md): each gives a correct result or one clear error line."""
 
 import json
 

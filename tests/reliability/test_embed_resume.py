@@ -91,6 +91,7 @@ def test_resume_refuses_another_chunk_size_or_precision(tmp_path, monkeypatch, s
                    resume=True, chunk_size=second.get("chunk_size", 4))
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume(tmp_path):
     lines = [" ".join(f"w{(i * 7 + j) % 97}" for j in range(1 + i % 13)) for i in range(2500)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

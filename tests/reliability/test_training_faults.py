@@ -33,6 +33,7 @@ def _losses(run_dir):
     return [by_step[s] for s in sorted(by_step)]
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run(text_slices, tmp_path):
     train, _, vocab = text_slices
     config = _config_file(tmp_path, checkpoint_every=3, max_steps=60)
