@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import tempfile
 import threading
 from itertools import islice
 from pathlib import Path
@@ -21,6 +22,8 @@ from elmo.config import CharCNNConfig, ElmoConfig, LSTMConfig
 from elmo.model.bilm import BiLM
 
 ROOT = Path(__file__).resolve().parents[1]
+# elmo's cache (downloads, converted official weights) in a folder of the test run, never the user's ~/.cache/elmo
+os.environ["ELMO_CACHE"] = tempfile.mkdtemp(prefix="elmo-test-cache-")
 FIXTURES = ROOT / "tests" / "fixtures" / "elmo"
 OPTIONS = FIXTURES / "options.json"
 WEIGHTS = FIXTURES / "lm_weights.hdf5"

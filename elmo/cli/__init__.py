@@ -9,7 +9,7 @@ traceback for every error). ``-`` names standard input, or standard output, wher
 Each command group registers its own commands (``add_commands``): :mod:`elmo.cli.embed` (embed, show, convert,
 info), :mod:`elmo.cli.train` (vocab, train, perplexity, baselines, score, substitutes, export,
 dump-token-embeddings), :mod:`elmo.cli.context` (similar, plot), :mod:`elmo.cli.tasks` (task) and
-:mod:`elmo.cli.probes` (probe); :mod:`elmo.cli.common`, :mod:`elmo.cli.stdio` and :mod:`elmo.cli.messages` hold
+:mod:`elmo.cli.probes` (probe), :mod:`elmo.cli.cache` (cache); :mod:`elmo.cli.common`, :mod:`elmo.cli.stdio` and :mod:`elmo.cli.messages` hold
 what they share.
 """
 
@@ -21,7 +21,7 @@ import sys
 import warnings
 
 from elmo import __version__
-from elmo.cli import context, embed, probes, tasks, train
+from elmo.cli import cache, context, embed, probes, tasks, train
 from elmo.cli.common import STDIO, CommandLineError, add_global_flags, check_usage
 from elmo.cli.messages import configure_logging, one_line, show_warning, users_to_fix
 from elmo.cli.stdio import Stdio
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "2 usage error, 130 interrupted")
     parser.add_argument("--version", action="version", version=f"elmo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (embed, train, context, tasks, probes):  # the order of `elmo --help`
+    for group in (embed, train, context, tasks, probes, cache):  # the order of `elmo --help`
         group.add_commands(sub)
     add_global_flags(parser)
     return parser

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elmo.io import nlpl
+from elmo.io import converted, nlpl
 from elmo.io.model_files import ModelFiles
-from elmo.io.native import load_model
+from elmo.io.native import load_model, save_model
 from elmo.io.official import load_official
 from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
@@ -21,11 +21,17 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
 
 
 def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
-    """The biLM of resolved files: our format, or the official pair (an NLPL model's vocabulary, if any, seeds the
-    token cache of its inference engines: exactly what the character CNN gives, only faster for those words)."""
+    """The biLM of resolved files: our format, or the official pair, read from its converted copy after the first
+    time (``elmo.io.converted``). An NLPL model's vocabulary, if any, seeds the token cache of its inference
+    engines: exactly what the character CNN gives, only faster for those words."""
     if not files.official:
         return load_model(files.folder, stateful=stateful)
-    bilm = load_official(files.config, files.weights, stateful=stateful)
+    copy = converted.lookup(files.config, files.weights)
+    if copy is not None:
+        bilm = load_model(copy, stateful=stateful)
+    else:
+        bilm = load_official(files.config, files.weights, stateful=stateful)
+        converted.store(files.config, files.weights, lambda folder: save_model(bilm, folder))
     if files.cache_words is not None and (words := nlpl.vocab_words(files.cache_words)):
         bilm.cache_words = words  # an inference engine precomputes their token vectors
     return bilm  # NLPL: tokenizer_name None (options.json names none), their text was split at whitespace

@@ -1,0 +1,125 @@
+"""Official weights converted once: the first load of an ``options.json`` + ``.hdf5`` pair writes the model in our
+format into the cache, and later loads of the same pair read that copy (a memory-mapped safetensors file) instead of
+reading and rearranging the HDF5 datasets again.
+
+The copy lives in ``$ELMO_CACHE/converted/<key>/`` (default ``~/.cache/elmo``), where the key is the sha256 of the
+weight file and of the options file together, so an edited file never meets a stale copy. Hashing a weight file of
+hundreds of MB takes a while, so ``index.json`` remembers each file's hash under its path, size and modification
+time. Every write is atomic (a temporary folder renamed into place); ``clear()`` (``elmo cache clear``) deletes the
+converted copies and nothing else. ``ELMO_CONVERT_CACHE=0`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from elmo.io.atomic import atomic_path
+from elmo.io.download import cache_dir, sha256_of
+
+logger = logging.getLogger(__name__)
+FOLDER = "converted"
+INDEX = "index.json"
+
+
+def enabled() -> bool:
+    return os.environ.get("ELMO_CONVERT_CACHE", "1") != "0"
+
+
+def root() -> Path:
+    return cache_dir() / FOLDER
+
+
+def key(options_file: str | Path, weight_file: str | Path) -> str:
+    """sha256 of the two files' hashes: the name of the pair's converted copy."""
+    both = f"{_file_hash(Path(options_file))}:{_file_hash(Path(weight_file))}"
+    return hashlib.sha256(both.encode()).hexdigest()
+
+
+def lookup(options_file: str | Path, weight_file: str | Path) -> Path | None:
+    """The converted copy of the pair, if one was made; None otherwise (or when the cache is off)."""
+    if not enabled():
+        return None
+    folder = root() / key(options_file, weight_file)
+    return folder if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() else None
+
+
+def store(options_file: str | Path, weight_file: str | Path, write) -> Path | None:
+    """Write the pair's copy with ``write(folder)`` (our format's saver) into a temporary folder, then rename it into
+    place. A failure (a full disk, a read-only cache) is logged and costs nothing but the next load's speed."""
+    if not enabled():
+        return None
+    target = root() / key(options_file, weight_file)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name[:12]}.", dir=target.parent))
+        try:
+            write(work)
+            os.replace(work, target)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            if not target.is_dir():
+                raise
+        logger.info("converted %s once into %s; later loads read that copy", weight_file, target)
+        return target
+    except OSError as err:
+        logger.warning("could not keep a converted copy of %s in %s (%s); loading works, only slower", weight_file,
+                       target.parent, err.strerror or err)
+        return None
+
+
+def clear() -> tuple[int, int]:
+    """Delete every converted copy, the leftovers of interrupted writes and the hash index, nothing else; returns
+    (copies, bytes) removed."""
+    folder = root()
+    if not folder.is_dir():
+        return 0, 0
+    copies = size = 0
+    for entry in folder.iterdir():
+        is_copy = is_key(entry.name)
+        if not entry.is_dir() or not (is_copy or (entry.name.startswith(".") and _is_key_prefix(entry.name))):
+            continue
+        size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+        shutil.rmtree(entry)
+        copies += is_copy
+    (folder / INDEX).unlink(missing_ok=True)
+    return copies, size
+
+
+def is_key(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
+
+
+def _is_key_prefix(name: str) -> bool:
+    """A temporary folder of ``store``: "." + 12 hex digits of the key + "." + mkdtemp's suffix."""
+    return len(name) > 14 and name[13] == "." and all(c in "0123456789abcdef" for c in name[1:13])
+
+
+def _file_hash(path: Path) -> str:
+    """sha256 of a file, remembered under its resolved path, size and modification time."""
+    stat = path.stat()
+    entry = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    index_path = root() / INDEX
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        index = {}
+    if not isinstance(index, dict):
+        index = {}
+    digest = index.get(entry)
+    if isinstance(digest, str) and len(digest) == 64:
+        return digest
+    digest = sha256_of(path)
+    index[entry] = digest
+    try:
+        index_path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(index_path) as tmp:
+            tmp.write_text(json.dumps(index, indent=0), encoding="utf-8")
+    except OSError:
+        pass  # an unwritable cache: the hash is computed again next time
+    return digest

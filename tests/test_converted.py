@@ -1,0 +1,88 @@
+"""Official weights converted once into our format in the cache: the same vectors to the last bit, a new copy when a
+file changes, nothing lost when the cache cannot be written, and `elmo cache clear` removes only its copies."""
+
+import logging
+
+import pytest
+import torch
+
+from elmo.cli import main
+from elmo.data.chars import batch_to_ids
+from elmo.io import converted, official
+from elmo.io.load import load_bilm
+from elmo.io.official import export_official
+from elmo.model.engine import InferenceEngine
+from tests.conftest import random_bilm, small_config
+
+SENTENCES = [["The", "bank", "closed", "."], ["A", "river", "bank"]]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ELMO_CONVERT_CACHE", raising=False)
+    return tmp_path / "cache" / "converted"
+
+
+def _pair(folder, seed=3, tokenizer="en"):
+    model = random_bilm(small_config(), seed=seed)
+    model.tokenizer_name = tokenizer
+    return export_official(model, folder)
+
+
+def _layers(bilm):
+    return InferenceEngine.build(bilm)(batch_to_ids(SENTENCES)).layers
+
+
+def test_the_second_load_reads_the_converted_copy_with_the_same_vectors(cache, tmp_path, monkeypatch):
+    options, weights = _pair(tmp_path / "official")
+    first = load_bilm(options=options, weights=weights)
+    copies = [p for p in cache.iterdir() if converted.is_key(p.name)]
+    assert len(copies) == 1 and {p.name for p in copies[0].iterdir()} == {"config.json", "model.safetensors"}
+    monkeypatch.setattr(official, "read_official_state", lambda *a, **k: pytest.fail("read the HDF5 again"))
+    second = load_bilm(options=options, weights=weights)
+    assert second.tokenizer_name == first.tokenizer_name == "en" and second.config == first.config
+    assert all(torch.equal(a, b) for a, b in zip(_layers(first), _layers(second)))
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_a_changed_weight_file_is_converted_again(cache, tmp_path):
+    options, weights = _pair(tmp_path / "official", seed=3)
+    before = _layers(load_bilm(options=options, weights=weights))
+    _pair(tmp_path / "official", seed=4)  # the same names, other weights
+    after = load_bilm(options=options, weights=weights)
+    assert not torch.equal(before[-1], _layers(after)[-1])
+    assert torch.equal(_layers(after)[-1], _layers(official.load_official(options, weights))[-1])
+    assert len([p for p in cache.iterdir() if converted.is_key(p.name)]) == 2
+
+
+def test_an_unwritable_cache_still_loads(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("ELMO_CACHE", str(blocker))
+    options, weights = _pair(tmp_path / "official")
+    with caplog.at_level(logging.WARNING):
+        model = load_bilm(options=options, weights=weights)
+    assert model.tokenizer_name == "en" and "could not keep a converted copy" in caplog.text
+    assert blocker.read_text() == "a file where the cache folder would be"
+
+
+def test_the_cache_can_be_turned_off(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_CONVERT_CACHE", "0")
+    options, weights = _pair(tmp_path / "official")
+    load_bilm(options=options, weights=weights)
+    assert not cache.exists() or not any(converted.is_key(p.name) for p in cache.iterdir())
+
+
+def test_cache_clear_removes_its_copies_and_nothing_else(cache, tmp_path, capsys):
+    options, weights = _pair(tmp_path / "official")
+    load_bilm(options=options, weights=weights)
+    keep = cache / "notes.txt"
+    keep.write_text("mine")
+    (cache / "my-folder").mkdir()
+    assert main(["cache", "list"]) == 0
+    assert "1 converted model(s)" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 converted model(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in cache.iterdir()) == ["my-folder", "notes.txt"] and keep.read_text() == "mine"
+    assert weights.exists() and options.exists()  # the user's files untouched
