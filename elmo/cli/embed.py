@@ -35,7 +35,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
                    device=args.device, resume=args.resume, tokenize=args.tokenize,
-                   model_name=args.model or args.weights or (None if args.options else DEFAULT_MODEL))
+                   model_name=args.model or args.weights or (None if args.options else DEFAULT_MODEL),
+                   non_finite="warn" if args.allow_non_finite else "error")
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
 
 
@@ -142,5 +143,7 @@ def _add_embed(sub) -> None:
     device.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     device.add_argument("--cuda-device", type=int, metavar="N",
                         help="allennlp elmo's spelling: N >= 0 is --device cuda:N, -1 the CPU")
+    p.add_argument("--allow-non-finite", action="store_true",
+                   help="keep NaN or infinite vectors with a warning naming the lines (default: an error)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_embed)
