@@ -9,7 +9,7 @@ import unicodedata
 
 import numpy as np
 
-from elmo.cli.common import STDIO, CommandLineError, add_model_args, count, load_model
+from elmo.cli.common import STDIO, CommandLineError, add_model_args, batch_size, count, load_model
 from elmo.data.vocab import read_words
 from elmo.embed import Embedder
 from elmo.embed_file import embed_file
@@ -119,7 +119,7 @@ def _add_embed(sub) -> None:
     which.add_argument("--top", action="store_true", help="the top layer: (n_tokens, 2P)")
     which.add_argument("--average", action="store_true", help="the mean of the layers: (n_tokens, 2P)")
     add_model_args(p)
-    p.add_argument("--batch-size", type=count, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--batch-size", type=batch_size, default=64, help="sentences per batch (default 64)")
     p.add_argument("--stateful", action="store_true",
                    help="AllenNLP's legacy mode: LSTM state carried from batch to batch, lines in file order")
     p.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")

@@ -123,6 +123,8 @@ def _read_json(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a model config") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return data
