@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, tokenizer_name
@@ -71,7 +71,8 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
         raise ModelFileError(f"{root / CONFIG_NAME}: format_version {version!r} is not supported "
                              f"(this elmo reads {FORMAT_VERSION})")
     tokenizer = _stored_tokenizer(options, root)
-    config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))
+    config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))  # every size within elmo.limits
+    check_tensor_headers(root / WEIGHTS_NAME, config)  # before the model is built or any tensor read
     model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = tokenizer
     try:
@@ -96,6 +97,34 @@ def _stored_tokenizer(options: dict, root: Path) -> str | None:
     if not legacy.is_file():
         return None
     return tokenizer_name({TOKENIZER_KEY: _read_json(legacy).get("tokenize")}, str(legacy))
+
+
+_FLOAT_TYPES = ("F16", "BF16", "F32", "F64")
+
+
+def check_tensor_headers(path: Path, config: ElmoConfig) -> None:
+    """Every tensor a safetensors file declares (its header: names, shapes, types; no data read) is one the model
+    of ``config`` has, of its shape, floating-point where the model's is."""
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        expected = BiLM.from_config(config).state_dict()
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            found = {name: (tuple(f.get_slice(name).get_shape()), f.get_slice(name).get_dtype()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ModelFileError(f"{path}: not a readable safetensors file ({err})") from None
+    missing = [k for k in expected if k not in found]
+    if missing:
+        raise ModelFileError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing in all)")
+    unexpected = [k for k in found if k not in expected]
+    if unexpected:
+        raise ModelFileError(f"{path}: unexpected tensor {unexpected[0]!r}; does config.json belong to it?")
+    for name, (shape, dtype) in found.items():
+        if shape != tuple(expected[name].shape):
+            raise ModelFileError(f"{path}: tensor {name!r} has shape {shape} where the config implies "
+                                 f"{tuple(expected[name].shape)}")
+        if expected[name].is_floating_point() and dtype not in _FLOAT_TYPES:
+            raise ModelFileError(f"{path}: tensor {name!r} holds {dtype} values where floating-point numbers are "
+                                 f"expected; the file is damaged or not a model")
 
 
 def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
