@@ -29,7 +29,7 @@ from elmo.batching import length_batches, run_batch
 from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import check_free_space, same_file
 from elmo.io.lock import lock_beside
-from elmo.io.parts import META_KEY, PartStore
+from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
 from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
 from elmo.limits import MAX_BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS_PER_LINE
 from elmo.memory import fix_mmap_threshold
@@ -44,7 +44,6 @@ OutputLayers = Literal["all", "top", "average"]
 OUTPUT_LAYERS = ("all", "top", "average")  # what an embedding file holds (a layer index or a mix: use Embedder)
 Tokenize = Union[str, Callable[[str], list[str]], None]
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
-PART_OVERHEAD = 4096  # bytes per line in a part or the output beside its vectors (names, headers), an upper guess
 
 __all__ = ["META_KEY", "PartStore", "embed_file", "read_lines", "resolve_tokenize"]
 
@@ -196,7 +195,7 @@ def _scan_input(input_path: str | Path, errors: str) -> TextScan:
 def _check_space(output_path: str | Path, scan: TextScan, bilm: BiLM, layers: OutputLayers, resume: bool) -> None:
     """Refuse a run the disk cannot hold: the parts and then the merged file, each about the vectors' size."""
     n_layers = bilm.config.n_output_layers if layers == "all" else 1
-    vectors = scan.tokens * n_layers * bilm.config.output_dim * 4 + scan.lines * PART_OVERHEAD
+    vectors = scan.tokens * n_layers * bilm.config.output_dim * 4 + scan.lines * LINE_OVERHEAD + FILE_OVERHEAD
     parts = Path(str(output_path) + ".parts")
     done = sum(p.stat().st_size for p in parts.glob("part-*.h5")) if resume and parts.is_dir() else 0
     check_free_space(Path(output_path).absolute().parent, max(2 * vectors - done, 0),

@@ -19,12 +19,15 @@ import numpy as np
 import torch
 
 from elmo.errors import ElmoError
-from elmo.io.atomic import new_file_mode, write_errors
+from elmo.io.atomic import check_free_space, new_file_mode, write_errors
 from elmo.io.work_folder import WorkFolder
 
 META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
 KIND = "embedding parts"
-MERGED = ".merged.tmp"  # the output being merged, inside the parts folder: a kill leaves it where a rerun clears it
+MERGED = ".merged.tmp"
+# bytes beside the vectors: per line (its name and headers), and per file; an upper guess. libhdf5 can crash the
+# process when the disk fills under it, so every write is checked against the free space first
+LINE_OVERHEAD, FILE_OVERHEAD = 2048, 1 << 20  # the output being merged, inside the parts folder: a kill leaves it where a rerun clears it
 
 
 class MergeError(ElmoError, ValueError):
@@ -57,6 +60,8 @@ class PartStore:
         """Part ``number`` (the lines after those of the parts before it), then its line in the manifest."""
         path = self._path(number)
         tmp = self.root / f".{path.name}.tmp"
+        check_free_space(self.root, sum(a.nbytes for a in arrays) + LINE_OVERHEAD * len(keys) + FILE_OVERHEAD,
+                         f"part {number} ({len(keys)} lines)")
         with write_errors(path):
             try:
                 self._write_part(tmp, keys, arrays, state)
@@ -113,10 +118,12 @@ class PartStore:
         parts = self.completed if parts is None else parts
         lines = self.lines_done if lines is None else lines
         self.verify(parts, lines)
+        needed = sum(info["size"] for info in self.folder.files.values())
+        check_free_space(Path(output_path).absolute().parent, needed + FILE_OVERHEAD, f"the merged {output_path}")
         write = _write_npz if str(output_path).lower().endswith(".npz") else _write_hdf5
         tmp, counted = self.root / MERGED, [0]
         try:
-            with write_errors(output_path, sum(info["size"] for info in self.folder.files.values())):
+            with write_errors(output_path, needed):
                 write(tmp, self._arrays(parts, counted), None if sentence_to_index is None
                       else json.dumps(sentence_to_index), attributes or {})
                 if counted[0] != lines:
