@@ -198,7 +198,7 @@ def _check_space(output_path: str | Path, scan: TextScan, bilm: BiLM, layers: Ou
     vectors = scan.tokens * n_layers * bilm.config.output_dim * 4 + scan.lines * LINE_OVERHEAD + FILE_OVERHEAD
     parts = Path(str(output_path) + ".parts")
     done = sum(p.stat().st_size for p in parts.glob("part-*.h5")) if resume and parts.is_dir() else 0
-    check_free_space(Path(output_path).absolute().parent, max(2 * vectors - done, 0),
+    check_free_space(output_path, max(2 * vectors - done, 0),
                      f"embedding {scan.lines:,} lines ({scan.tokens:,} tokens)")
 
 

@@ -24,10 +24,10 @@ from elmo.io.work_folder import WorkFolder
 
 META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
 KIND = "embedding parts"
-MERGED = ".merged.tmp"
+MERGED = ".merged.tmp"  # the output being merged, inside the parts folder: a kill leaves it where a rerun clears it
 # bytes beside the vectors: per line (its name and headers), and per file; an upper guess. libhdf5 can crash the
 # process when the disk fills under it, so every write is checked against the free space first
-LINE_OVERHEAD, FILE_OVERHEAD = 2048, 1 << 20  # the output being merged, inside the parts folder: a kill leaves it where a rerun clears it
+LINE_OVERHEAD, FILE_OVERHEAD = 2048, 1 << 20
 
 
 class MergeError(ElmoError, ValueError):
@@ -119,7 +119,7 @@ class PartStore:
         lines = self.lines_done if lines is None else lines
         self.verify(parts, lines)
         needed = sum(info["size"] for info in self.folder.files.values())
-        check_free_space(Path(output_path).absolute().parent, needed + FILE_OVERHEAD, f"the merged {output_path}")
+        check_free_space(output_path, needed + FILE_OVERHEAD, "the merged file")
         write = _write_npz if str(output_path).lower().endswith(".npz") else _write_hdf5
         tmp, counted = self.root / MERGED, [0]
         try:
