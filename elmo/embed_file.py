@@ -45,8 +45,6 @@ OUTPUT_LAYERS = ("all", "top", "average")  # what an embedding file holds (a lay
 Tokenize = Union[str, Callable[[str], list[str]], None]
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
 
-__all__ = ["META_KEY", "PartStore", "embed_file", "read_lines", "resolve_tokenize"]
-
 
 class InputFileError(ElmoError, ValueError):
     """Bad input text: names the file and line and says what to do."""
