@@ -1,4 +1,6 @@
-"""Size limits, checked before anything is allocated: a file or flag that asks for more is refused in one line.
+"""Size limits, checked before anything is allocated: a file or flag that asks for more is refused in one line
+(the model's sizes by ``elmo.config``, input lines by ``elmo.embed_file``, flags by ``elmo.cli.common``, training
+settings by ``elmo.training.config``).
 
 Every limit is far above the largest released model (``original-5.5b``: LSTM cells 4,096, projections 512, 2
 layers, 2,048 CNN filters, 2 highway layers, 50 characters per token, 93.6 M parameters) and far below what would
@@ -6,10 +8,6 @@ exhaust a machine before an error could be raised.
 """
 
 from __future__ import annotations
-
-import math
-
-from elmo.errors import UsageError
 
 # ---- a model's shape (options.json / config.json) ----------------------------------------------------------------
 MODEL_LIMITS: dict[str, int] = {
@@ -35,24 +33,3 @@ MAX_BATCH_SIZE = 65_536  # sentences per batch (elmo embed), rows per process (e
 MAX_COUNT = 10**12  # steps, sentences, neighbours and other counts
 MAX_MINUTES = 10**7  # about 19 years
 
-
-class LimitError(UsageError):
-    """A size above the limit this library sets for it (one line: the value, the limit, the place)."""
-
-
-def check_at_most(value: int | float, limit: int | float, what: str, where: str) -> None:
-    """Refuse ``value`` above ``limit``: ``where: what is value, above the limit of limit``."""
-    if value > limit:
-        raise LimitError(f"{where}: {what} is {value:,}, above the limit of {limit:,}; a file or setting asking "
-                         f"for this much is damaged or a typo")
-
-
-def finite_number(value: float, what: str, low: float = 0.0, high: float = math.inf,
-                  low_included: bool = False) -> float:
-    """``value`` if it is a finite number in (low, high] ([low, high] with ``low_included``), else a UsageError."""
-    if not math.isfinite(value):
-        raise UsageError(f"{what} must be a finite number, got {value}")
-    if value < low or (value == low and not low_included) or value > high:
-        opening = "[" if low_included else "("
-        raise UsageError(f"{what} must be in {opening}{low:g}, {high:g}], got {value:g}")
-    return value

@@ -46,11 +46,18 @@ class PartStore:
         self.root = Path(root)
         self.folder = WorkFolder(self.root, KIND, fingerprint, resume)
         self.completed, self.lines_done = 0, 0
-        while self.folder.verified(part_name(self.completed)):
+        while self._usable(self.completed):
             self.lines_done += self.folder.files[part_name(self.completed)]["lines"]
             self.completed += 1
-        for name in [n for n in self.folder.files if int(n[len("part-"):-len(".h5")]) >= self.completed]:
+        finished = {part_name(n) for n in range(self.completed)}
+        for name in [n for n in self.folder.files if n not in finished]:
             self.folder.forget(name)  # after a gap or a damaged part: redone, in order
+
+    def _usable(self, number: int) -> bool:
+        """Part ``number`` is listed, undamaged, and follows the parts before it."""
+        info = self.folder.files.get(part_name(number), {})
+        return (info.get("first_line") == self.lines_done and isinstance(info.get("lines"), int)
+                and self.folder.verified(part_name(number)))
 
     def _path(self, number: int) -> Path:
         return self.root / part_name(number)

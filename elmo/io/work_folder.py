@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 OWNER = "elmo"
+PIECE = re.compile(r"part-\d{8}\.h5")  # the names elmo gives the pieces of its work
+TEMPORARY = re.compile(r"\..+\.tmp")  # the names of elmo's temporary files in its folders
 
 
 class WorkFolderError(ElmoError, ValueError):
@@ -46,6 +49,10 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or data.get("owner") != OWNER or not isinstance(data.get("files"), dict):
         return None
+    for name, info in data["files"].items():  # a damaged list: not a manifest elmo can trust
+        if "/" in name or not isinstance(info, dict) or not isinstance(info.get("size"), int) \
+                or not isinstance(info.get("sha256"), str):
+            return None
     return data
 
 
@@ -129,12 +136,11 @@ class WorkFolder:
         os.rmdir(self.root)
 
     def _remove_strays(self, keep: dict[str, Any]) -> None:
-        """Temporary files of elmo's atomic writes (``.NAME.*.tmp``) and unlisted pieces of elmo's own naming."""
+        """elmo's temporary files (``.NAME.tmp``, ``.NAME.XXXX.tmp``) and pieces of its naming not in ``keep``
+        (written by a run killed before its manifest listed them)."""
         for path in self.root.iterdir():
-            name = path.name
-            temporary = name.startswith(".") and name.endswith(".tmp") and path.is_file()
-            piece = name.startswith("part-") and name not in keep and path.is_file()
-            if temporary or piece:
+            ours = TEMPORARY.fullmatch(path.name) or (PIECE.fullmatch(path.name) and path.name not in keep)
+            if ours and path.is_file() and not path.is_symlink():
                 path.unlink(missing_ok=True)
 
     def _save(self) -> None:

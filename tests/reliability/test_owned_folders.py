@@ -53,3 +53,18 @@ def test_a_file_the_user_put_into_elmos_folder_survives(tmp_path, capsys, monkey
     assert rc == 0
     assert (tmp_path / "out.hdf5.parts" / "notes.txt").read_text(encoding="utf-8") == "mine"
     assert sorted(p.name for p in (tmp_path / "out.hdf5.parts").iterdir()) == ["notes.txt"]
+
+
+def test_a_damaged_manifest_is_not_trusted(tmp_path, capsys):
+    """A manifest that names elmo but lists files it cannot vouch for (a path outside the folder, no checksum) makes
+    the folder not elmo's: refused, nothing deleted."""
+    model = tiny_model(tmp_path / "model")
+    source = text_file(tmp_path / "in.txt", 5)
+    parts = tmp_path / "out.hdf5.parts"
+    parts.mkdir()
+    (tmp_path / "precious.txt").write_text("keep", encoding="utf-8")
+    (parts / "manifest.json").write_text(json.dumps({"owner": "elmo", "kind": "embedding parts", "identity": {},
+                                                     "files": {"../precious.txt": {"size": 4}}}), encoding="utf-8")
+    rc, err = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
+    assert rc == 1 and (tmp_path / "precious.txt").read_text(encoding="utf-8") == "keep"
+    one_error_line(err, "is not a folder of embedding parts that elmo wrote")
