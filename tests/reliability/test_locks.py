@@ -6,7 +6,8 @@ import json
 import time
 
 from elmo.io.lock import InUseError, OutputLock
-from tests.reliability.tiny import elmo_process, one_error_line, text_file
+from tests.conftest import micro_train_config
+from tests.reliability.tiny import elmo_process, one_error_line, text_file, waiting_for
 
 
 def test_a_second_training_run_into_the_same_folder_is_refused(tmp_path):
@@ -14,21 +15,27 @@ def test_a_second_training_run_into_the_same_folder_is_refused(tmp_path):
     (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(97)),
                                         encoding="utf-8")
     run = tmp_path / "run"
+    config = tmp_path / "micro.json"
+    config.write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
     args = ["train", corpus, "--vocab", tmp_path / "vocab.txt", "--out", run, "--quiet", "--batch-size", "4",
-            "--max-steps", "100000", "--max-minutes", "0.15", "--checkpoint-every", "50"]
-    first = elmo_process(*args)
+            "--max-steps", "30", "--checkpoint-every", "10", "--config", config]
+    go = tmp_path / "go"  # the first run waits before its second step until the second run has tried
+    first = elmo_process(*args, patch=waiting_for(go, "elmo.training.trainer", "Trainer.train_step")
+                         .replace("m.Trainer.train_step = waiting", "m.Trainer.train_step = lambda self: "
+                                  "original(self) if self.step == 0 else waiting(self)"))
     deadline = time.monotonic() + 120
     while not (run / "metrics.jsonl").exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert first.poll() is None, first.stderr.read()
     second = elmo_process(*args)
     _, err = second.communicate(timeout=120)
+    go.touch()
     assert second.returncode == 1
     one_error_line(err, f"{run}: in use by pid {first.pid}")
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert steps == sorted(set(steps)) and steps[0] == 1
+    assert steps == list(range(1, 31))
     assert not (run / ".lock").exists()
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import elmo.cli.embed as cli_embed
 import elmo.embed_file as embed_file_module
-from tests.reliability.tiny import cli, elmo_process, litter, one_error_line, text_file, tiny_model
+from tests.reliability.tiny import cli, elmo_process, litter, one_error_line, text_file, tiny_model, waiting_for
 
 
 @pytest.fixture
@@ -28,22 +28,24 @@ def _datasets(path):
 
 def test_a_second_run_on_the_same_output_is_refused_while_the_first_finishes(tmp_path):
     model = tiny_model(tmp_path / "model")
-    source = text_file(tmp_path / "in.txt", 8000)
+    source = text_file(tmp_path / "in.txt", 1000)
     args = ["embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet", "--batch-size", "8"]
-    first = elmo_process(*args)
-    lock = tmp_path / ".out.hdf5.lock"
-    deadline = time.monotonic() + 60
-    while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
+    go = tmp_path / "go"  # the first run waits inside its first chunk until the second has tried
+    first = elmo_process(*args, patch=waiting_for(go, "elmo.embed_file", "_embed_chunk"))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "out.hdf5.parts" / "manifest.json").exists() and first.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert first.poll() is None, "the first run ended before the second could start"
+    assert first.poll() is None, first.stderr.read()
     second = elmo_process(*args)
     _, err = second.communicate(timeout=120)
+    go.touch()
     assert second.returncode == 1
     one_error_line(err, "out.hdf5: in use by pid", str(first.pid))
     _, err = first.communicate(timeout=300)
-    assert first.returncode == 0 and "wrote 8000 sentences" in err
-    assert _datasets(tmp_path / "out.hdf5") == [str(i) for i in range(8000)]
-    assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]
+    assert first.returncode == 0 and "wrote 1000 sentences" in err
+    assert _datasets(tmp_path / "out.hdf5") == [str(i) for i in range(1000)]
+    assert litter(tmp_path) == ["go", "in.txt", "model", "out.hdf5"]
 
 
 def test_a_part_deleted_while_the_run_works_is_an_error_and_resume_completes(tmp_path, capsys, monkeypatch,

@@ -34,11 +34,24 @@ def cli(capsys, *args: str) -> tuple[int, str]:
     return rc, capsys.readouterr().err
 
 
-def elmo_process(*args: str, **kwargs) -> subprocess.Popen:
-    """``python -m elmo ARGS`` as another process, its stderr piped."""
+def elmo_process(*args: str, patch: str = "", **kwargs) -> subprocess.Popen:
+    """``elmo ARGS`` as another process (``patch``: Python run first, in that process), its stderr piped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "elmo", *map(str, args)], stdout=subprocess.DEVNULL,
+    code = patch + "\nimport sys\nfrom elmo.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, **kwargs)
+
+
+def waiting_for(go_file: Path, module: str, name: str) -> str:
+    """A ``patch`` for :func:`elmo_process`: ``module.name`` (a function) first waits until ``go_file`` exists, so
+    that the process is certainly at work (holding its output) while the test starts a second one."""
+    return (f"import time, pathlib, {module} as m\n"
+            f"original = m.{name}\n"
+            f"def waiting(*a, **k):\n"
+            f"    while not pathlib.Path({str(go_file)!r}).exists():\n"
+            f"        time.sleep(0.02)\n"
+            f"    return original(*a, **k)\n"
+            f"m.{name} = waiting\n")
 
 
 def one_error_line(err: str, *fragments: str) -> str:
