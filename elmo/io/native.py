@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, tokenizer_name
 from elmo.errors import ElmoError
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, check_free_space, write_errors
 from elmo.model.bilm import BiLM
 
 CONFIG_NAME = "config.json"
@@ -37,9 +37,11 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
     ``model.tokenizer_name`` goes into config.json, so the copy splits raw text as the original does.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     state = {k: _stored(v, dtype) for k, v in model.state_dict().items()}
-    with atomic_path(out / WEIGHTS_NAME) as tmp:
+    check_free_space(out / WEIGHTS_NAME, sum(t.numel() * t.element_size() for t in state.values()) + (1 << 20),
+                     "the model's weights")
+    out.mkdir(parents=True, exist_ok=True)
+    with write_errors(out / WEIGHTS_NAME), atomic_path(out / WEIGHTS_NAME) as tmp:  # safetensors' own error too
         save_file(state, str(tmp), metadata={"format": "elmo", "version": str(FORMAT_VERSION)})
     config = {"format_version": FORMAT_VERSION, TOKENIZER_KEY: model.tokenizer_name, **model.config.to_options()}
     with atomic_path(out / CONFIG_NAME) as tmp:

@@ -18,7 +18,7 @@ import torch
 
 from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, check_free_space, write_errors
 from elmo.model.bilm import BiLM
 
 
@@ -378,11 +378,13 @@ def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weigh
     """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths. A model that
     splits raw text with a tokenizer names it in options.json (``"tokenizer"``: an extra key those readers ignore)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = out / "options.json", out / weights_name
-    with atomic_path(weights_path) as tmp:
+    arrays = official_arrays(model)
+    check_free_space(weights_path, sum(a.nbytes for a in arrays.values()) + (1 << 20), "the weight file")
+    out.mkdir(parents=True, exist_ok=True)
+    with write_errors(weights_path), atomic_path(weights_path) as tmp:  # libhdf5 can crash when the disk fills
         with h5py.File(tmp, "w") as f:
-            for name, array in official_arrays(model).items():
+            for name, array in arrays.items():
                 f.create_dataset(name, data=array)
     options = model.config.to_options()
     if model.tokenizer_name is not None:

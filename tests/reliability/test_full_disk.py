@@ -184,3 +184,15 @@ def test_training_on_a_small_file_system_refuses_the_checkpoint_in_one_line(tmp_
     assert result["rc"] == 1, result
     one_error_line(result["err"], "checkpoint at step 2 not written", "needs about", "no earlier checkpoint")
     assert result["left"] == ["run", "metrics.jsonl"] or result["left"] == ["metrics.jsonl", "run"]
+
+
+@SMALL_FS
+@pytest.mark.parametrize("to", ["ours", "official"])
+def test_convert_onto_a_small_file_system_is_one_line_and_leaves_nothing(tmp_path, to):
+    model = tiny_model(tmp_path / "model", dim=512, projection_dim=128)  # 2.1 M parameters: 8 MB in float32
+    result = _in_small_fs(tmp_path, f"""
+        rc, err = elmo("convert", "--model", "{model}", "--to", "{to}", DISK / "out")
+        print(json.dumps({{"rc": rc, "err": err, "left": sorted(p.name for p in DISK.rglob("*"))}}))
+    """, mb=1)
+    assert result["rc"] == 1 and result["left"] == []
+    one_error_line(result["err"], "needs about", "free")
