@@ -196,3 +196,16 @@ def test_convert_onto_a_small_file_system_is_one_line_and_leaves_nothing(tmp_pat
     """, mb=1)
     assert result["rc"] == 1 and result["left"] == []
     one_error_line(result["err"], "needs about", "free")
+
+
+@SMALL_FS
+def test_dump_token_embeddings_onto_a_small_file_system_is_one_line(tmp_path):
+    model = tiny_model(tmp_path / "model", dim=64, projection_dim=128)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(5000)), encoding="utf-8")  # 2.6 MB
+    result = _in_small_fs(tmp_path, f"""
+        rc, err = elmo("dump-token-embeddings", "{vocab}", DISK / "tokens.hdf5", "--model", "{model}")
+        print(json.dumps({{"rc": rc, "err": err, "left": sorted(p.name for p in DISK.rglob("*"))}}))
+    """, mb=1)
+    assert result["rc"] == 1 and result["left"] == []
+    one_error_line(result["err"], "tokens.hdf5: 5,003 token vectors needs about", "free")
