@@ -218,7 +218,7 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
     """Refuse, before any work, an input that cannot be read twice and an output that is a folder or the input."""
     if input_path.exists() and not input_path.is_file():
         raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
-                             f"count lines, then to embed them): save it to a file first")
+                             f"check it, then to embed it): save it to a file first")
     if output_path.is_dir():
         raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {output_path / 'out.hdf5'})")
     if same_file(output_path, input_path):

@@ -1,10 +1,12 @@
 """A work folder elmo owns: it holds a manifest that elmo wrote, and elmo deletes or reuses nothing else.
 
-The manifest (``manifest.json``) names the folder's owner (``"owner": "elmo"``, the kind of work), what the work is
-(``identity``: the input, the model, the settings) and every file elmo finished in it, with its size and sha256 and
-what it holds. A folder without that manifest is the user's: a run refuses it in one line instead of deleting it.
-A run resumes only a folder whose identity matches its own; removing a folder removes only the files its manifest
-lists (and the temporary files elmo's own writes leave behind), then the folder if that left it empty.
+The manifest (``manifest.json``) names the folder's owner (``"owner": "elmo"``, the kind of work) and what the work
+is (``identity``: the input, the model, the settings). Every file elmo finishes in it gets a record beside it
+(``NAME.record.json``: its size, sha256 and what it holds), written after the file is in place, so a record never
+lists an unfinished file (one small record per file: a run of thousands of parts never rewrites a growing list). A
+folder without that manifest is the user's: a run refuses it in one line instead of deleting it. A run resumes only
+a folder whose identity matches its own; removing a folder removes only elmo's recorded files, their records, the
+manifest and the temporary files elmo's own writes leave behind, then the folder if that left it empty.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 OWNER = "elmo"
 PIECE = re.compile(r"part-\d{8}\.h5")  # the names elmo gives the pieces of its work
+RECORD = ".record.json"  # a piece's record: NAME.record.json
 TEMPORARY = re.compile(r"\..+\.tmp")  # the names of elmo's temporary files in its folders
 
 
@@ -42,17 +45,24 @@ def file_sha256(path: str | Path) -> str:
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:
-    """The manifest elmo wrote in ``root``, or None when there is none (or it is not elmo's)."""
+    """The manifest elmo wrote in ``root``, with ``files``: the recorded pieces; None when there is no manifest of
+    elmo's. A record that cannot be read is left out (its piece is redone)."""
     try:
         data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or data.get("owner") != OWNER or not isinstance(data.get("files"), dict):
+    if not isinstance(data, dict) or data.get("owner") != OWNER or not isinstance(data.get("identity"), dict):
         return None
-    for name, info in data["files"].items():  # a damaged list: not a manifest elmo can trust
-        if "/" in name or not isinstance(info, dict) or not isinstance(info.get("size"), int) \
-                or not isinstance(info.get("sha256"), str):
-            return None
+    data["files"] = {}
+    for record in root.glob(f"part-*{RECORD}"):
+        name = record.name[: -len(RECORD)]
+        try:
+            info = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if PIECE.fullmatch(name) and isinstance(info, dict) and isinstance(info.get("size"), int) \
+                and isinstance(info.get("sha256"), str):
+            data["files"][name] = info
     return data
 
 
@@ -72,7 +82,9 @@ class WorkFolder:
                 self.files = found
         if not self.root.is_dir():
             self.root.mkdir(parents=True)
-        self._save()
+        data = {"owner": OWNER, "kind": self.kind, "identity": self.identity}
+        with atomic_path(self.root / MANIFEST) as tmp:
+            tmp.write_text(json.dumps(data), encoding="utf-8")
 
     def _claim(self, resume: bool) -> dict[str, dict[str, Any]] | None:
         """The files of an existing folder to keep (resume), or None after clearing it; refuses a folder not ours."""
@@ -107,24 +119,24 @@ class WorkFolder:
         return file_sha256(path) == info.get("sha256")
 
     def add(self, name: str, **info: Any) -> None:
-        """Record a finished file (already in place) with its size, sha256 and ``info``; the manifest is rewritten
-        atomically, so it never lists a file that is not finished."""
+        """Record a finished file (already in place) with its size, sha256 and ``info``, in its own record written
+        atomically."""
         path = self.root / name
         self.files[name] = {"size": path.stat().st_size, "sha256": file_sha256(path), **info}
-        self._save()
+        with atomic_path(self.root / f"{name}{RECORD}") as tmp:
+            tmp.write_text(json.dumps(self.files[name]), encoding="utf-8")
 
     def forget(self, name: str) -> None:
-        """Delete a listed file and drop it from the manifest."""
+        """Delete a recorded file and its record."""
         self.files.pop(name, None)
+        (self.root / f"{name}{RECORD}").unlink(missing_ok=True)
         (self.root / name).unlink(missing_ok=True)
-        self._save()
 
     def remove(self, keep_folder: bool = False) -> None:
         """Delete the listed files, the manifest and elmo's temporary files, then the folder if it is empty. Files
         elmo did not write stay, with a warning."""
         for name in list(self.files):
-            (self.root / name).unlink(missing_ok=True)
-        self.files = {}
+            self.forget(name)
         self._remove_strays({})
         if keep_folder:
             return
@@ -136,14 +148,10 @@ class WorkFolder:
         os.rmdir(self.root)
 
     def _remove_strays(self, keep: dict[str, Any]) -> None:
-        """elmo's temporary files (``.NAME.tmp``, ``.NAME.XXXX.tmp``) and pieces of its naming not in ``keep``
-        (written by a run killed before its manifest listed them)."""
+        """elmo's temporary files (``.NAME.tmp``, ``.NAME.XXXX.tmp``), and pieces of its naming and their records
+        not in ``keep`` (written by a run killed before the piece was recorded, or recorded unreadably)."""
         for path in self.root.iterdir():
-            ours = TEMPORARY.fullmatch(path.name) or (PIECE.fullmatch(path.name) and path.name not in keep)
+            piece = path.name[: -len(RECORD)] if path.name.endswith(RECORD) else path.name
+            ours = TEMPORARY.fullmatch(path.name) or (PIECE.fullmatch(piece) and piece not in keep)
             if ours and path.is_file() and not path.is_symlink():
                 path.unlink(missing_ok=True)
-
-    def _save(self) -> None:
-        data = {"owner": OWNER, "kind": self.kind, "identity": self.identity, "files": self.files}
-        with atomic_path(self.root / MANIFEST) as tmp:
-            tmp.write_text(json.dumps(data), encoding="utf-8")

@@ -112,7 +112,7 @@ def test_embed_enospc_while_writing_a_part_is_one_line_and_resume_works(tmp_path
     rc, err = cli(capsys, *args)
     assert rc == 1
     one_error_line(err, "part-00000001.h5: the disk is full", "free")
-    assert litter(tmp_path / "out.hdf5.parts") == ["manifest.json", "part-00000000.h5"]
+    assert litter(tmp_path / "out.hdf5.parts") == ["manifest.json", "part-00000000.h5", "part-00000000.h5.record.json"]
     monkeypatch.undo()
     rc, err = cli(capsys, *args, "--resume")
     assert rc == 0 and "wrote 2500 sentences" in err
@@ -135,7 +135,7 @@ def test_embed_enospc_during_the_merge_keeps_the_parts(tmp_path, capsys, monkeyp
     assert rc == 1
     one_error_line(err, "out.hdf5: the disk is full")
     assert litter(tmp_path) == ["in.txt", "model", "out.hdf5.parts"]
-    assert litter(tmp_path / "out.hdf5.parts") == ["manifest.json", "part-00000000.h5"]
+    assert litter(tmp_path / "out.hdf5.parts") == ["manifest.json", "part-00000000.h5", "part-00000000.h5.record.json"]
     monkeypatch.undo()
     assert cli(capsys, *args, "--resume")[0] == 0
     assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]

@@ -82,7 +82,8 @@ def test_an_error_after_some_parts_keeps_them_for_resume(tmp_path, capsys, monke
     rc, err = cli(capsys, *args)
     assert rc == 1
     one_error_line(err, "somewhere: Input/output error")
-    assert litter(tmp_path / "out.hdf5.parts") == ["manifest.json", "part-00000000.h5", "part-00000001.h5"]
+    assert litter(tmp_path / "out.hdf5.parts") == ["manifest.json", "part-00000000.h5", "part-00000000.h5.record.json",
+                                                        "part-00000001.h5", "part-00000001.h5.record.json"]
     monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
     assert cli(capsys, *args, "--resume")[0] == 0 and len(calls) == 3
     assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]

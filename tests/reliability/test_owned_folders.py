@@ -55,9 +55,9 @@ def test_a_file_the_user_put_into_elmos_folder_survives(tmp_path, capsys, monkey
     assert sorted(p.name for p in (tmp_path / "out.hdf5.parts").iterdir()) == ["notes.txt"]
 
 
-def test_a_damaged_manifest_is_not_trusted(tmp_path, capsys):
-    """A manifest that names elmo but lists files it cannot vouch for (a path outside the folder, no checksum) makes
-    the folder not elmo's: refused, nothing deleted."""
+def test_records_reach_no_file_outside_the_folder(tmp_path, capsys):
+    """What elmo deletes in its folder comes from the records beside its pieces, named by their file names: a
+    manifest listing a path outside the folder deletes nothing there."""
     model = tiny_model(tmp_path / "model")
     source = text_file(tmp_path / "in.txt", 5)
     parts = tmp_path / "out.hdf5.parts"
@@ -65,6 +65,7 @@ def test_a_damaged_manifest_is_not_trusted(tmp_path, capsys):
     (tmp_path / "precious.txt").write_text("keep", encoding="utf-8")
     (parts / "manifest.json").write_text(json.dumps({"owner": "elmo", "kind": "embedding parts", "identity": {},
                                                      "files": {"../precious.txt": {"size": 4}}}), encoding="utf-8")
-    rc, err = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
-    assert rc == 1 and (tmp_path / "precious.txt").read_text(encoding="utf-8") == "keep"
-    one_error_line(err, "is not a folder of embedding parts that elmo wrote")
+    (parts / "..%2Fprecious.txt.record.json").write_text(json.dumps({"size": 4, "sha256": "x"}), encoding="utf-8")
+    rc, _ = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
+    assert rc == 0 and (tmp_path / "precious.txt").read_text(encoding="utf-8") == "keep"
+    assert litter(parts) == ["..%2Fprecious.txt.record.json"]  # not elmo's naming: kept, and the folder with it
