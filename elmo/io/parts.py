@@ -1,9 +1,9 @@
 """An embedding run's finished chunks (``OUTPUT.parts/``), and their verified merge into the output file.
 
-The folder is a :class:`elmo.io.work_folder.WorkFolder`: its manifest names the run (input, model, settings) and
-lists every finished part with its size, sha256, first line and number of lines. The merge checks every expected
-part and every line before the output is renamed into place, and returns the number of lines it wrote: a missing,
-damaged or short part is an error naming it, never a smaller file.
+The folder is a :class:`elmo.io.work_folder.WorkFolder`: its manifest names the run (input, model, settings), and
+every finished part has a record with its size, sha256, first line and number of lines. The merge checks every
+expected part and every line before the output is renamed into place, and returns the number of lines it wrote: a
+missing, damaged or short part is an error naming it, never a smaller file.
 """
 
 from __future__ import annotations
