@@ -8,6 +8,7 @@ missing, damaged or short part is an error naming it, never a smaller file.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import zipfile
@@ -82,7 +83,10 @@ class PartStore:
     @staticmethod
     def _write_part(tmp: Path, keys: list[str], arrays: list[np.ndarray],
                     state: tuple[torch.Tensor, torch.Tensor] | None) -> None:
-        with h5py.File(tmp, "w") as f:
+        """The part is built in memory and then written by Python: a disk that fills while it is written gives an
+        OSError, where libhdf5 writing to disk itself can crash the process."""
+        buffer = io.BytesIO()
+        with h5py.File(buffer, "w") as f:
             f.create_dataset("keys", data=keys, dtype=h5py.string_dtype())
             group = f.create_group("data")
             for i, array in enumerate(arrays):
@@ -90,6 +94,10 @@ class PartStore:
             if state is not None:
                 f.create_dataset("state_h", data=state[0].cpu().numpy())
                 f.create_dataset("state_c", data=state[1].cpu().numpy())
+        with open(tmp, "wb") as out:
+            out.write(buffer.getbuffer())
+            out.flush()
+            os.fsync(out.fileno())
 
     def carried_state(self, number: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         with h5py.File(self._path(number), "r") as f:

@@ -96,6 +96,29 @@ def test_embed_filling_a_small_file_system_keeps_its_parts_and_resumes(tmp_path)
     assert result["left"] == ["out.hdf5"]
 
 
+@SMALL_FS
+def test_embed_with_no_room_for_the_merge_keeps_its_parts_and_resumes(tmp_path):
+    """The parts fit (the estimates patched down to the vectors alone) but the merged file does not: refused before
+    the merge writes a byte, the parts intact, and --resume merges them once there is room."""
+    model = tiny_model(tmp_path / "model")
+    source = text_file(tmp_path / "in.txt", 6000)
+    result = _in_small_fs(tmp_path, f"""
+        patch = ("import elmo.embed_file as m, elmo.io.parts as p; m.check_free_space = lambda *a, **k: None; "
+                 "p.LINE_OVERHEAD = p.FILE_OVERHEAD = 0; ")
+        rc, err = elmo("embed", "{source}", DISK / "out.hdf5", "--top", "--model", "{model}", "--quiet", patch=patch)
+        parts = sorted(p.name for p in (DISK / "out.hdf5.parts").iterdir())
+        remount(40)
+        rc2, err2 = elmo("embed", "{source}", DISK / "out.hdf5", "--top", "--model", "{model}", "--quiet", "--resume")
+        print(json.dumps({{"rc": rc, "err": err, "parts": parts, "rc2": rc2, "err2": err2,
+                          "left": sorted(p.name for p in DISK.iterdir())}}))
+    """, mb=5)
+    assert result["rc"] == 1, result
+    one_error_line(result["err"], "out.hdf5: the merged file needs about", "free")
+    assert [n for n in result["parts"] if n.endswith(".h5")] == [f"part-{i:08d}.h5" for i in range(6)]
+    assert not [name for name in result["parts"] if name.endswith(".tmp")]
+    assert result["rc2"] == 0 and "wrote 6000 sentences" in result["err2"] and result["left"] == ["out.hdf5"]
+
+
 def test_embed_enospc_while_writing_a_part_is_one_line_and_resume_works(tmp_path, capsys, monkeypatch):
     model = tiny_model(tmp_path / "model")
     source = text_file(tmp_path / "in.txt", 2500)
