@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from elmo.errors import ElmoError
+from elmo.limits import MAX_PARAMETERS, MODEL_LIMITS
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 #: Training-time keys bilm-tf writes next to ``lstm`` and ``char_cnn``; inference ignores them silently.
@@ -114,8 +115,7 @@ class ElmoConfig:
                 raise ConfigError(f"{source}: char_cnn.filters must be a list of [width, num] positive ints, "
                                   f"got {item!r}")
             filters.append((int(item[0]), int(item[1])))
-        if not filters:
-            raise ConfigError(f"{source}: char_cnn.filters is empty")
+        _check_filters(filters, source)
         activation = _get(cnn, "activation", str, source, "char_cnn.", default="relu")
         if activation not in ("relu", "tanh"):
             raise ConfigError(f"{source}: char_cnn.activation must be 'relu' or 'tanh', got {activation!r}")
@@ -125,6 +125,7 @@ class ElmoConfig:
         width = _get(cnn, "max_characters_per_token", int, source, "char_cnn.", default=50)
         if width < 3:
             raise ConfigError(f"{source}: char_cnn.max_characters_per_token must be >= 3, got {width}")
+        _at_most(width, "char_cnn.max_characters_per_token", source)
         if max(w for w, _ in filters) > width:
             raise ConfigError(f"{source}: a filter is wider than max_characters_per_token ({width})")
         char_cnn = CharCNNConfig(
@@ -145,7 +146,17 @@ class ElmoConfig:
             proj_clip=_clip(lstm, "proj_clip", source),
             use_skip_connections=_get(lstm, "use_skip_connections", bool, source, "lstm.", default=False),
         )
-        return cls(char_cnn=char_cnn, lstm=lstm_config)
+        return _within_limits(cls(char_cnn=char_cnn, lstm=lstm_config), source)
+
+    @property
+    def parameter_count(self) -> int:
+        """The biLM's parameters, computed from the shape alone (nothing is allocated)."""
+        c, l = self.char_cnn, self.lstm
+        f = c.n_filters
+        cnn = c.n_characters * c.embedding_dim + sum(w * c.embedding_dim * n + n for w, n in c.filters)
+        cnn += c.n_highway * 2 * (f * f + f) + f * l.projection_dim + l.projection_dim
+        layer = 4 * l.dim * (2 * l.projection_dim) + 4 * l.dim + l.dim * l.projection_dim
+        return cnn + 2 * l.n_layers * layer
 
     def to_options(self) -> dict[str, Any]:
         """The options.json object bilm-tf and AllenNLP read (n_characters 262, the inference value)."""
@@ -204,6 +215,8 @@ def _read_options(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be an options file") from None
 
 
 # ---- size presets (docs/format.md §1, released configurations) -------------------------------------------------------
@@ -223,6 +236,34 @@ PRESETS: dict[str, ElmoConfig] = {
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
+
+def _at_most(value: int, key: str, source: str) -> None:
+    """A size from the file against its limit (``elmo.limits.MODEL_LIMITS``), before anything is allocated."""
+    if value > (limit := MODEL_LIMITS[key]):
+        raise ConfigError(f"{source}: {key} is {value:,}, above the limit of {limit:,}; is the file damaged?")
+
+
+def _within_limits(config: ElmoConfig, source: str) -> ElmoConfig:
+    """``config`` if every size and the parameter count are within ``elmo.limits``, else a ConfigError."""
+    c, l = config.char_cnn, config.lstm
+    for key, value in (("char_cnn.embedding.dim", c.embedding_dim), ("char_cnn.n_highway", c.n_highway),
+                       ("lstm.dim", l.dim), ("lstm.projection_dim", l.projection_dim), ("lstm.n_layers", l.n_layers)):
+        _at_most(value, key, source)
+    if (n := config.parameter_count) > MAX_PARAMETERS:
+        raise ConfigError(f"{source}: describes a model of {n:,} parameters, above the limit of {MAX_PARAMETERS:,}; "
+                          f"is the file damaged?")
+    return config
+
+
+def _check_filters(filters: list[tuple[int, int]], source: str) -> None:
+    if not filters:
+        raise ConfigError(f"{source}: char_cnn.filters is empty")
+    _at_most(len(filters), "char_cnn.filters", source)
+    for width, num in filters:
+        _at_most(width, "char_cnn.filter_width", source)
+        _at_most(num, "char_cnn.filter_num", source)
+    _at_most(sum(num for _, num in filters), "char_cnn.n_filters", source)
+
 
 def _section(obj: dict, key: str, source: str, prefix: str = "") -> dict:
     if key not in obj:

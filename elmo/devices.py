@@ -16,6 +16,8 @@ def check_device(name: str | torch.device | None, what: str = "device") -> None:
         device = torch.device(name)
     except (RuntimeError, TypeError):
         raise UsageError(f"{what} {name}: not a device name (cpu, cuda, cuda:1, mps)") from None
+    if device.type not in ("cpu", "cuda", "mps"):  # meta, xla ...: tensors without values, or not set up here
+        raise UsageError(f"{what} {name}: not a device elmo runs on; use cpu, cuda, cuda:N or mps")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"{what} {name}: CUDA is not available on this machine; use cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():

@@ -1,7 +1,7 @@
 """Embed a text file (one sentence per line) into an HDF5 file laid out like AllenNLP's ``allennlp elmo`` output.
 
 One float32 dataset per line, named by its 0-based line number ("0", "1", ...) or by the sentence itself, plus a
-``sentence_to_index`` JSON map (docs/format.md §5). The input is streamed and each chunk is written as soon as it is
+``sentence_to_index`` JSON map (FORMAT.md §5). The input is streamed and each chunk is written as soon as it is
 embedded, so memory stays flat however long the file is (only the sentence-to-index map grows, one short string per
 line; ``forget_sentences`` drops it). The output appears only when complete (temporary file + rename). An output
 name ending in ``.npz`` gives a NumPy archive with the same keys instead (``np.load(path)["0"]``).
@@ -15,39 +15,43 @@ when known), ``weights_sha256`` (``weights_sha256()``: a fingerprint of the weig
 
 from __future__ import annotations
 
-import itertools
-import json
-import shutil
-import zipfile
+import logging
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Literal, Union
+from typing import Callable, Iterator, Literal, Union
 
-import h5py
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from elmo.batching import length_batches, run_batch
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import atomic_path
-from elmo.io.text_lines import NotUtf8Error, TextLineError, count_lines, numbered_lines
+from elmo.io.atomic import check_free_space, same_file
+from elmo.io.lock import lock_beside
+from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
+from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
+from elmo.limits import MAX_BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS_PER_LINE
 from elmo.model.bilm import BiLM
 from elmo.model.engine import InferenceEngine
 from elmo.model.fingerprint import weights_sha256
 from elmo.model.mix import check_layers
 from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
 
+logger = logging.getLogger(__name__)
+
 OutputLayers = Literal["all", "top", "average"]
 OUTPUT_LAYERS = ("all", "top", "average")  # what an embedding file holds (a layer index or a mix: use Embedder)
 Tokenize = Union[str, Callable[[str], list[str]], None]
-META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
 
 
 class InputFileError(ElmoError, ValueError):
     """Bad input text: names the file and line and says what to do."""
+
+
+class NonFiniteVectorsError(ElmoError, ValueError):
+    """The model gave NaN or infinite vectors (its weights overflow float32 on these lines)."""
 
 
 @dataclass
@@ -60,90 +64,170 @@ class Line:
 def read_lines(path: str | Path, errors: str = "strict",
                tokenizer: Callable[[str], list[str]] | None = None) -> Iterator[Line]:
     """Stream a UTF-8 text file's lines (plain or gzip; split on '\\n' only; CRLF accepted), stripped and
-    tokenised (whitespace unless a ``tokenizer`` is given)."""
+    tokenised (whitespace unless a ``tokenizer`` is given). A line over ``MAX_LINE_BYTES`` bytes or
+    ``MAX_TOKENS_PER_LINE`` tokens is an error naming it (elmo.limits)."""
     split = tokenizer or str.split
     try:
-        for number, text in numbered_lines(path, errors):
+        for number, text in numbered_lines(path, errors, MAX_LINE_BYTES):
             text = text.strip()
-            yield Line(number - 1, text, split(text))
+            tokens = split(text)
+            if len(tokens) > MAX_TOKENS_PER_LINE:
+                raise InputFileError(_too_many_tokens(path, number, len(tokens)))
+            yield Line(number - 1, text, tokens)
     except NotUtf8Error as err:  # the one fault a flag can get past
-        raise InputFileError(f"{path}, line {err.line}: invalid UTF-8 at byte {err.byte} "
-                             f"(use --errors replace to substitute U+FFFD)") from None
+        raise _not_utf8(path, err) from None
     except TextLineError as err:
         raise InputFileError(str(err)) from None
+
+
+def _not_utf8(path: str | Path, err: NotUtf8Error) -> InputFileError:
+    return InputFileError(f"{path}, line {err.line}: invalid UTF-8 at byte {err.byte} "
+                          f"(use --errors replace to substitute U+FFFD)")
+
+
+def _too_many_tokens(path: str | Path, line: int, tokens: int) -> str:
+    return (f"{path}, line {line}: {tokens:,} tokens, above the limit of {MAX_TOKENS_PER_LINE:,} per line; "
+            f"split it into sentences, one per line")
 
 
 def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_path: str | Path, layers: OutputLayers = "all",
                batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
                errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu",
                resume: bool = False, chunk_size: int | None = None, tokenize: Tokenize = None,
-               model_name: str | None = None) -> int:
-    """Embed every line of ``input_path`` into ``output_path``; returns the number of sentences.
+               model_name: str | None = None, non_finite: str = "error") -> int:
+    """Embed every line of ``input_path`` into ``output_path``; returns the number of sentences written.
 
     Each line is split on whitespace unless ``tokenize`` asks for a tokenizer: None or "whitespace" (the default:
     pre-tokenised text, as AllenNLP), a name ("en", "ko", "ko-morph"), "model" for the model's own
     (``bilm.tokenizer_name``; whitespace when it has none), or a function str -> list[str]. ``model_name`` (a name
     or path) is recorded in the output with the weights' sha256, the layers and the tokenizer (module docstring).
 
-    ``model``: an inference engine (used as it is), or a biLM (an fp32 engine is built on ``device``). With a stateful model the lines run in file order, ``batch_size`` per batch, each line keeping its row
+    ``model``: an inference engine (used as it is), or a biLM (an fp32 engine is built on ``device``). With a
+    stateful model the lines run in file order, ``batch_size`` per batch, each line keeping its row
     (AllenNLP's exact behaviour). A deterministic model gives the same vectors however lines are grouped, so
     chunks of lines are sorted by length into batches for speed.
 
-    Progress is kept chunk by chunk in ``OUTPUT.parts/`` (each part written atomically); the parts are merged into
-    ``output_path`` at the end and removed. ``chunk_size`` (deterministic mode) is how many lines are read,
-    length-sorted and saved at a time. With ``resume=True`` a killed run continues after its last complete
-    part (same input and settings required); without it, leftover parts are discarded.
+    The whole input is decoded once before any work (a bad line fails in seconds), and the disk's free space is
+    checked against an estimate of what the run writes. Progress is kept chunk by chunk in ``OUTPUT.parts/`` (a
+    folder elmo owns: ``elmo.io.work_folder``); the parts are verified and merged into ``output_path`` at the end
+    and removed. ``chunk_size`` (deterministic mode) is how many lines are read, length-sorted and saved at a time.
+    With ``resume=True`` a killed run continues after its last complete part (same input and settings required);
+    without it, leftover parts of elmo's are discarded. One run at a time writes an output (a lock beside it).
+    NaN or infinite vectors are an error naming the lines (``non_finite="warn"``: a warning, and they are kept).
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    if batch_size < 1:
-        raise UsageError(f"batch size must be >= 1, got {batch_size}")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise UsageError(f"batch size must be in [1, {MAX_BATCH_SIZE:,}], got {batch_size}")
+    if non_finite not in ("error", "warn"):
+        raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
     _check_paths(Path(input_path), Path(output_path))
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
-    engine = model if isinstance(model, InferenceEngine) else InferenceEngine.build(bilm, device=device)
-    sha256 = weights_sha256(bilm)
-    record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
-    npz = str(output_path).lower().endswith(".npz")
-    if engine.stateful:
-        chunk_size = batch_size  # one batch per chunk, in file order
-    chunk_size = chunk_size or max(batch_size * 16, 1024)
-    # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
-    parts = PartStore(Path(str(output_path) + ".parts"),
-                      _run_fingerprint(engine, input_path, layers, batch_size, use_sentence_keys, errors, sha256)
-                      | {"tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": engine.precision},
-                      resume)
+    Path(output_path).absolute().parent.mkdir(parents=True, exist_ok=True)
+    with lock_beside(output_path):
+        scan = _scan_input(input_path, errors)
+        engine = model if isinstance(model, InferenceEngine) else InferenceEngine.build(bilm, device=device)
+        sha256 = weights_sha256(bilm)
+        record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
+        if engine.stateful:
+            chunk_size = batch_size  # one batch per chunk, in file order
+        chunk_size = chunk_size or max(batch_size * 16, 1024)
+        _check_space(output_path, scan, bilm, layers, resume)
+        # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
+        parts = PartStore(Path(str(output_path) + ".parts"),
+                          _run_fingerprint(engine, input_path, layers, batch_size, use_sentence_keys, errors, sha256)
+                          | {"tokenizer": tokenizer_name, "chunk_size": chunk_size,
+                             "precision": engine.precision}, resume)
+        try:
+            index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, chunk_size, scan.lines,
+                                              layers, batch_size, use_sentence_keys, progress, non_finite,
+                                              keep_index=not (forget_sentences or use_sentence_keys))
+        except Exception:
+            if not parts.discard_if_empty():
+                logger.info("%s: the finished parts are kept; --resume continues from them", parts.root)
+            raise
+        return parts.merge_into(output_path, index if not (forget_sentences or use_sentence_keys) else None,
+                                 {k: v for k, v in record.items() if v is not None}, chunks, scan.lines)
+
+
+def _embed_into_parts(engine: InferenceEngine, parts: PartStore, input_path: str | Path, errors: str,
+                      split: Callable[[str], list[str]] | None, chunk_size: int, total: int, layers: OutputLayers,
+                      batch_size: int, use_sentence_keys: bool, progress: bool,
+                      non_finite: str, keep_index: bool) -> tuple[dict[str, str], int]:
+    """Every chunk not finished by an earlier run, embedded into its part; (the sentence-to-index map, chunks)."""
+    npz = str(parts.root).lower().endswith(".npz.parts")
     if engine.stateful and parts.completed:
         engine.carrier.state = _on_device(parts.carried_state(parts.completed - 1), engine.device)
     sentence_to_index: dict[str, str] = {}
     seen_keys: set[str] = set()
-    total = count_lines(input_path)
     lines = read_lines(input_path, errors, split)
     with tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
         number = 0
         while chunk := list(islice(lines, chunk_size)):
             keys = [_dataset_key(line, use_sentence_keys, seen_keys, input_path, npz) for line in chunk]
-            if not (forget_sentences or use_sentence_keys):
+            if keep_index:
                 for line, key in zip(chunk, keys):
                     sentence_to_index[line.text] = key  # a repeated sentence maps to its last line, as AllenNLP
             if number >= parts.completed:  # not done by an earlier, killed run
                 arrays = _embed_chunk(engine, chunk, layers, batch_size)
+                _check_finite(arrays, chunk, input_path, non_finite)
                 parts.write(number, keys, arrays, engine.carrier.state if engine.stateful else None)
             number += 1
             bar.update(len(chunk))
-    parts.merge_into(output_path, None if forget_sentences or use_sentence_keys else sentence_to_index,
-                     {k: v for k, v in record.items() if v is not None})
-    return total
+    return sentence_to_index, number
+
+
+def _scan_input(input_path: str | Path, errors: str) -> TextScan:
+    """One decoding pass over the input before any work: lines, tokens (for the space estimate), and the first
+    undecodable or oversized line as an error now."""
+    try:
+        scan = scan_text(input_path, errors, MAX_LINE_BYTES)
+    except NotUtf8Error as err:
+        raise _not_utf8(input_path, err) from None
+    except TextLineError as err:
+        raise InputFileError(str(err)) from None
+    if scan.longest > MAX_TOKENS_PER_LINE:
+        raise InputFileError(_too_many_tokens(input_path, scan.longest_line, scan.longest))
+    return scan
+
+
+def _check_space(output_path: str | Path, scan: TextScan, bilm: BiLM, layers: OutputLayers, resume: bool) -> None:
+    """Refuse a run the disk cannot hold: the parts and then the merged file, each about the vectors' size."""
+    n_layers = bilm.config.n_output_layers if layers == "all" else 1
+    vectors = scan.tokens * n_layers * bilm.config.output_dim * 4 + scan.lines * LINE_OVERHEAD + FILE_OVERHEAD
+    parts = Path(str(output_path) + ".parts")
+    done = sum(p.stat().st_size for p in parts.glob("part-*.h5")) if resume and parts.is_dir() else 0
+    check_free_space(output_path, max(2 * vectors - done, 0),
+                     f"embedding {scan.lines:,} lines ({scan.tokens:,} tokens)")
+
+
+def _check_finite(arrays: list[np.ndarray], chunk: list["Line"], input_path: str | Path, non_finite: str) -> None:
+    """NaN or infinite vectors: an error naming the lines, or with ``non_finite="warn"`` a warning."""
+    bad = [line.number + 1 for line, array in zip(chunk, arrays) if not np.isfinite(array).all()]
+    if not bad:
+        return
+    shown = ", ".join(str(n) for n in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    message = (f"{input_path}, line{'s' if len(bad) > 1 else ''} {shown}: NaN or infinite vectors (the model's "
+               f"weights overflow float32 on them)")
+    if non_finite == "warn":
+        logger.warning("%s; kept, as asked", message)
+        return
+    raise NonFiniteVectorsError(f"{message}; check the model, or pass --allow-non-finite to keep them")
 
 
 def _check_paths(input_path: Path, output_path: Path) -> None:
     """Refuse, before any work, an input that cannot be read twice and an output that is a folder or the input."""
     if input_path.exists() and not input_path.is_file():
         raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
-                             f"count lines, then to embed them): save it to a file first")
+                             f"check it, then to embed it): save it to a file first")
     if output_path.is_dir():
         raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {output_path / 'out.hdf5'})")
-    if output_path.exists() and output_path.resolve() == input_path.resolve():
+    if same_file(output_path, input_path):
         raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
+    parts = Path(str(output_path) + ".parts").resolve()
+    if parts in input_path.resolve().parents:
+        raise InputFileError(f"{input_path}: is inside {parts}, the folder where elmo keeps this output's parts; "
+                             f"move the input, or choose another output file")
 
 
 def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], list[str]] | None, str]:
@@ -160,96 +244,6 @@ def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], li
     known = {whitespace_tokenize: "whitespace", str.split: "whitespace", english_tokenize: "en",
              korean_tokenize: "ko"}
     return tokenize, known.get(tokenize, getattr(tokenize, "__name__", "custom"))
-
-
-class PartStore:
-    """Finished chunks of an embedding run, one small HDF5 file each, written atomically."""
-
-    def __init__(self, root: Path, fingerprint: dict, resume: bool) -> None:
-        self.root = root
-        manifest = root / "manifest.json"
-        if root.exists() and resume and manifest.is_file():
-            found = json.loads(manifest.read_text(encoding="utf-8"))
-            if found != fingerprint:
-                changed = sorted(k for k in fingerprint if found.get(k) != fingerprint[k])
-                raise InputFileError(f"{root}: the interrupted run differs in {', '.join(changed)}; rerun it with the "
-                                     f"same input, model and flags, or delete {root} to start over")
-        elif root.exists():
-            shutil.rmtree(root)
-        root.mkdir(parents=True, exist_ok=True)
-        with atomic_path(manifest) as tmp:
-            tmp.write_text(json.dumps(fingerprint), encoding="utf-8")
-        self.completed = 0  # parts 0 .. completed-1 exist
-        while (self._path(self.completed)).is_file():
-            self.completed += 1
-
-    def _path(self, number: int) -> Path:
-        return self.root / f"part-{number:08d}.h5"
-
-    def write(self, number: int, keys: list[str], arrays: list[np.ndarray],
-              state: tuple[torch.Tensor, torch.Tensor] | None) -> None:
-        with atomic_path(self._path(number)) as tmp, h5py.File(tmp, "w") as f:
-            f.create_dataset("keys", data=keys, dtype=h5py.string_dtype())
-            group = f.create_group("data")
-            for i, array in enumerate(arrays):
-                group.create_dataset(str(i), data=array)
-            if state is not None:
-                f.create_dataset("state_h", data=state[0].cpu().numpy())
-                f.create_dataset("state_c", data=state[1].cpu().numpy())
-
-    def carried_state(self, number: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        with h5py.File(self._path(number), "r") as f:
-            if "state_h" not in f:
-                return None
-            return torch.from_numpy(f["state_h"][()]), torch.from_numpy(f["state_c"][()])
-
-    def merge_into(self, output_path: str | Path, sentence_to_index: dict[str, str] | None,
-                   attributes: dict[str, str] | None = None) -> None:
-        """All parts into one file, in line order: HDF5 (AllenNLP's layout; ``attributes`` on the file), or a NumPy
-        ``.npz`` archive with the same keys (``sentence_to_index`` then a 0-d string array holding the JSON, and
-        ``attributes`` as JSON in ``__meta__``)."""
-        write = _write_npz if str(output_path).lower().endswith(".npz") else _write_hdf5
-        with atomic_path(output_path) as tmp:
-            write(tmp, self._arrays(), None if sentence_to_index is None else json.dumps(sentence_to_index),
-                  attributes or {})
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def _arrays(self) -> Iterator[tuple[str, np.ndarray]]:
-        """(key, vectors) of every line, part by part: one part in memory at a time."""
-        for number in itertools.count():
-            path = self._path(number)
-            if not path.is_file():
-                return
-            with h5py.File(path, "r") as part:
-                for i, key in enumerate(part["keys"].asstr()[()]):
-                    yield key, part["data"][str(i)][()]
-
-
-def _write_hdf5(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None,
-                attributes: dict[str, str]) -> None:
-    with h5py.File(path, "w") as out:
-        out.attrs.update(attributes)
-        for key, array in arrays:
-            out.create_dataset(key, data=array)
-        if index_json is not None:
-            index = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            index[0] = index_json
-
-
-def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None,
-               attributes: dict[str, str]) -> None:
-    """What ``np.savez`` writes, one array at a time (np.savez needs them all in memory at once); ``attributes``
-    as JSON in a 0-d string array ``__meta__`` (an archive has no attributes)."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for key, array in arrays:
-            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
-        if index_json is not None:
-            with archive.open("sentence_to_index.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.array(index_json), allow_pickle=False)
-        if attributes:
-            with archive.open(f"{META_KEY}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.array(json.dumps(attributes)), allow_pickle=False)
 
 
 def _on_device(state, device: str | torch.device):

@@ -24,6 +24,7 @@ from elmo import __version__
 from elmo.cli import cache, context, embed, probes, tasks, train
 from elmo.cli.common import STDIO, CommandLineError, add_global_flags, check_usage
 from elmo.cli.messages import configure_logging, one_line, show_warning, users_to_fix
+from elmo.cli.outputs import check_outputs
 from elmo.cli.stdio import Stdio
 from elmo.devices import check_device
 
@@ -67,6 +68,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
             check_usage(args, command, args.leaf_parser)
+            check_outputs(args, command)
             if getattr(args, "cuda_device", None) is not None:  # allennlp elmo's --cuda-device N
                 args.device = "cpu" if args.cuda_device < 0 else f"cuda:{args.cuda_device}"
             check_device(getattr(args, "device", None), "--device")

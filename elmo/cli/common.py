@@ -4,6 +4,7 @@ global ``--debug`` flag."""
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterator
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from elmo.data.vocab import SPECIALS
 from elmo.errors import UsageError
 from elmo.io.load import load_bilm
+from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES
 
 STDIO = "-"  # the name that means standard input (an input) or standard output (an output)
 
@@ -45,14 +47,60 @@ def sentences(source) -> Iterator[list[str]]:
 
 # ---- argparse types ----------------------------------------------------------------------------------------------
 
-def count(text: str) -> int:
-    """An argparse type: a whole number >= 1 (a batch size, a number of steps, of neighbours ...)."""
+def count(text: str, low: int = 1, high: int = MAX_COUNT) -> int:
+    """An argparse type: a whole number in [1, 10^12] (a number of steps, of neighbours ...)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+    if value > high:
+        raise argparse.ArgumentTypeError(f"must be at most {high:,}, got {value:,}")
+    return value
+
+
+def batch_size(text: str) -> int:
+    """An argparse type: a batch size, 1 to ``elmo.limits.MAX_BATCH_SIZE``."""
+    return count(text, 1, MAX_BATCH_SIZE)
+
+
+def whole(text: str) -> int:
+    """An argparse type: a whole number >= 0 (a seed, a number of steps that may be none)."""
+    return count(text, 0, MAX_COUNT)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0 (a learning rate)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def minutes(text: str) -> float:
+    """An argparse type: a finite number of minutes, > 0 and at most ``elmo.limits.MAX_MINUTES``."""
+    value = positive_number(text)
+    if value > MAX_MINUTES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MINUTES:,}, got {text}")
+    return value
+
+
+def share(text: str) -> float:
+    """An argparse type: a share, a finite number from 0 to 1."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
     return value
 
 

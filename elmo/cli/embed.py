@@ -9,7 +9,7 @@ import unicodedata
 
 import numpy as np
 
-from elmo.cli.common import STDIO, CommandLineError, add_model_args, count, load_model
+from elmo.cli.common import STDIO, CommandLineError, add_model_args, batch_size, count, load_model
 from elmo.data.vocab import read_words
 from elmo.embed import Embedder
 from elmo.embed_file import embed_file
@@ -37,7 +37,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
                    device=args.device, resume=args.resume, tokenize=args.tokenize,
-                   model_name=args.model or args.weights or (None if args.options else DEFAULT_MODEL))
+                   model_name=args.model or args.weights or (None if args.options else DEFAULT_MODEL),
+                   non_finite="warn" if args.allow_non_finite else "error")
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
 
 
@@ -120,7 +121,7 @@ def _add_embed(sub) -> None:
     which.add_argument("--top", action="store_true", help="the top layer: (n_tokens, 2P)")
     which.add_argument("--average", action="store_true", help="the mean of the layers: (n_tokens, 2P)")
     add_model_args(p)
-    p.add_argument("--batch-size", type=count, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--batch-size", type=batch_size, default=64, help="sentences per batch (default 64)")
     p.add_argument("--stateful", action="store_true",
                    help="AllenNLP's legacy mode: LSTM state carried from batch to batch, lines in file order")
     p.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
@@ -144,5 +145,7 @@ def _add_embed(sub) -> None:
     device.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     device.add_argument("--cuda-device", type=int, metavar="N",
                         help="allennlp elmo's spelling: N >= 0 is --device cuda:N, -1 the CPU")
+    p.add_argument("--allow-non-finite", action="store_true",
+                   help="keep NaN or infinite vectors with a warning naming the lines (default: an error)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_embed)

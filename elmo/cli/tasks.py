@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from elmo.cli.common import count
+from elmo.cli.common import batch_size, count, positive_number, whole
 from elmo.io.text_lines import numbered_lines
 from elmo.tasks.commands import evaluate_task, predict_task, train_task
 
@@ -64,9 +64,9 @@ def _add_task_train(tsub) -> None:
                                                   "context-independent baseline) or a layer number")
     p.add_argument("--epochs", type=count, default=10)
     p.add_argument("--hidden", type=count, default=128, help="BiLSTM size of the head")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
-    p.add_argument("--batch-size", type=count, default=32)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate (default 0.001)")
+    p.add_argument("--batch-size", type=batch_size, default=32)
+    p.add_argument("--seed", type=whole, default=0)
     p.add_argument("--max-dev", type=count, help="use only the first N dev examples")
     p.set_defaults(func=cmd_task_train)
     _task_data_args(p)

@@ -10,7 +10,8 @@ import sys
 import warnings
 from dataclasses import fields
 
-from elmo.cli.common import STDIO, CommandLineError, add_model_args, count, load_model, sentences, vocabulary_size
+from elmo.cli.common import (STDIO, CommandLineError, add_model_args, batch_size, count, load_model, minutes, sentences,
+                             share, vocabulary_size, whole)
 from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
@@ -192,21 +193,21 @@ def _add_train(sub) -> None:
     p.add_argument("--init-from", help="start a new run from these weights: a checkpoint, run or exported folder "
                                        "(its softmax and vocabulary too), or any biLM without a softmax (en, ko, "
                                        "original, a model folder, options.json + .hdf5): then give --vocab")
-    p.add_argument("--freeze-bilm-steps", type=int,
+    p.add_argument("--freeze-bilm-steps", type=whole,
                    help="first batches that train only the softmax (default 1000 for a new softmax over --init-from "
                         "weights, else 0)")
     p.add_argument("--max-steps", type=count)
-    p.add_argument("--max-minutes", type=float)
-    p.add_argument("--batch-size", type=count, help="rows per process")
+    p.add_argument("--max-minutes", type=minutes)
+    p.add_argument("--batch-size", type=batch_size, help="rows per process")
     p.add_argument("--checkpoint-every", type=count)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--zero-state-share", type=float,
+    p.add_argument("--seed", type=whole)
+    p.add_argument("--zero-state-share", type=share,
                    help="of the rows whose window begins a sentence, the share started from zeros, as inference "
                         "starts every sentence (default 1; 0: bilm-tf's way); may change on --resume")
     p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with "
                                                     "the model, kept on resume and --init-from, used by embed, show "
                                                     "and perplexity")
-    p.add_argument("--nproc", type=int, default=0, help="processes on this machine (runs torchrun)")
+    p.add_argument("--nproc", type=lambda text: count(text, 0, 1024), default=0, help="processes on this machine (runs torchrun)")
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_train)
@@ -217,7 +218,7 @@ def _add_language_model_commands(sub) -> None:
     p.add_argument("model", help="checkpoint, run directory or exported LM directory")
     p.add_argument("files", nargs="+", help="text files or globs (plain or .gz), one sentence per line; - reads "
                                             "standard input")
-    p.add_argument("--batch-size", type=count, default=64,
+    p.add_argument("--batch-size", type=batch_size, default=64,
                    help="rows; each reads its sentences as one stream, state carried from sentence to sentence (as "
                         "bilm-tf evaluates), so the figure moves a little with it (compare runs at the same value)")
     p.add_argument("--zero-state", action="store_true",

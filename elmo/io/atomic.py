@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from elmo.errors import ElmoError
+
+_NO_SPACE = ("no space left on device", "errno = 28", "disk quota exceeded", "errno = 122")
+
+
+class DiskWriteError(ElmoError, OSError):
+    """A file could not be written for a reason outside elmo (a full disk, an I/O error): one line naming the file
+    and, for a full disk, how much space there is and how much was needed."""
 
 
 @contextmanager
@@ -30,8 +41,70 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         raise
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """True when two names are one file: the same path after links are followed, or the same inode (a hard link)."""
+    a, b = Path(a), Path(b)
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def new_file_mode() -> int:
     """0o666 minus the process umask (read by setting it and putting it back)."""
     umask = os.umask(0o022)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def free_bytes(path: str | Path) -> int:
+    """Free bytes on the file system that holds ``path`` (or its nearest existing parent)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def size_text(n: float) -> str:
+    """A byte count for people: "12.3 MB"."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n} TB"
+
+
+def check_free_space(path: str | Path, needed: int, what: str) -> None:
+    """Refuse, before writing, work that needs more room than the disk has: one line with both figures."""
+    free = free_bytes(path)
+    if needed > free:
+        raise DiskWriteError(f"{path}: {what} needs about {size_text(needed)}, and the disk has {size_text(free)} "
+                             f"free; free some space or write elsewhere")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """True for an error that says the disk (or the quota) is full, from the OS or from a library's message."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return True
+    return any(sign in str(err).lower() for sign in _NO_SPACE)
+
+
+@contextmanager
+def write_errors(path: str | Path, needed: int | None = None) -> Iterator[None]:
+    """Turn a failed write inside the block (an OSError, or a library's error that says the disk is full) into one
+    :class:`DiskWriteError` line naming ``path``; ``needed``: the bytes the whole write needs, to say so."""
+    try:
+        yield
+    except DiskWriteError:
+        raise
+    except Exception as err:
+        if not (isinstance(err, OSError) or is_disk_full(err)):
+            raise
+        if is_disk_full(err):
+            need = f"about {size_text(needed)} needed, " if needed else ""
+            raise DiskWriteError(f"{path}: the disk is full ({need}{size_text(free_bytes(path))} free); free some "
+                                 f"space or write elsewhere") from None
+        first = " ".join(str(err).split())[:200]
+        raise DiskWriteError(f"{path}: cannot write ({first})") from None

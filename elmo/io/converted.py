@@ -42,8 +42,9 @@ def key(options_file: str | Path, weight_file: str | Path) -> str:
 
 
 def lookup(options_file: str | Path, weight_file: str | Path) -> Path | None:
-    """The converted copy of the pair, if one was made; None otherwise (or when the cache is off)."""
-    if not enabled():
+    """The converted copy of the pair, if one was made; None otherwise (or when the cache is off, or a file is
+    missing: the loader then says which)."""
+    if not enabled() or not (Path(options_file).is_file() and Path(weight_file).is_file()):
         return None
     folder = root() / key(options_file, weight_file)
     return folder if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() else None

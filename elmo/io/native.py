@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, tokenizer_name
 from elmo.errors import ElmoError
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, check_free_space, write_errors
 from elmo.model.bilm import BiLM
 
 CONFIG_NAME = "config.json"
@@ -37,9 +37,11 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
     ``model.tokenizer_name`` goes into config.json, so the copy splits raw text as the original does.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     state = {k: _stored(v, dtype) for k, v in model.state_dict().items()}
-    with atomic_path(out / WEIGHTS_NAME) as tmp:
+    check_free_space(out / WEIGHTS_NAME, sum(t.numel() * t.element_size() for t in state.values()) + (1 << 20),
+                     "the model's weights")
+    out.mkdir(parents=True, exist_ok=True)
+    with write_errors(out / WEIGHTS_NAME), atomic_path(out / WEIGHTS_NAME) as tmp:  # safetensors' own error too
         save_file(state, str(tmp), metadata={"format": "elmo", "version": str(FORMAT_VERSION)})
     config = {"format_version": FORMAT_VERSION, TOKENIZER_KEY: model.tokenizer_name, **model.config.to_options()}
     with atomic_path(out / CONFIG_NAME) as tmp:
@@ -71,7 +73,8 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
         raise ModelFileError(f"{root / CONFIG_NAME}: format_version {version!r} is not supported "
                              f"(this elmo reads {FORMAT_VERSION})")
     tokenizer = _stored_tokenizer(options, root)
-    config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))
+    config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))  # every size within elmo.limits
+    check_tensor_headers(root / WEIGHTS_NAME, config)  # before the model is built or any tensor read
     model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = tokenizer
     try:
@@ -96,6 +99,34 @@ def _stored_tokenizer(options: dict, root: Path) -> str | None:
     if not legacy.is_file():
         return None
     return tokenizer_name({TOKENIZER_KEY: _read_json(legacy).get("tokenize")}, str(legacy))
+
+
+_FLOAT_TYPES = ("F16", "BF16", "F32", "F64")
+
+
+def check_tensor_headers(path: Path, config: ElmoConfig) -> None:
+    """Every tensor a safetensors file declares (its header: names, shapes, types; no data read) is one the model
+    of ``config`` has, of its shape, floating-point where the model's is."""
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        expected = BiLM.from_config(config).state_dict()
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            found = {name: (tuple(f.get_slice(name).get_shape()), f.get_slice(name).get_dtype()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ModelFileError(f"{path}: not a readable safetensors file ({err})") from None
+    missing = [k for k in expected if k not in found]
+    if missing:
+        raise ModelFileError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing in all)")
+    unexpected = [k for k in found if k not in expected]
+    if unexpected:
+        raise ModelFileError(f"{path}: unexpected tensor {unexpected[0]!r}; does config.json belong to it?")
+    for name, (shape, dtype) in found.items():
+        if shape != tuple(expected[name].shape):
+            raise ModelFileError(f"{path}: tensor {name!r} has shape {shape} where the config implies "
+                                 f"{tuple(expected[name].shape)}")
+        if expected[name].is_floating_point() and dtype not in _FLOAT_TYPES:
+            raise ModelFileError(f"{path}: tensor {name!r} holds {dtype} values where floating-point numbers are "
+                                 f"expected; the file is damaged or not a model")
 
 
 def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
@@ -123,6 +154,8 @@ def _read_json(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a model config") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return data

@@ -18,7 +18,7 @@ import torch
 
 from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, check_free_space, write_errors
 from elmo.model.bilm import BiLM
 
 
@@ -164,28 +164,16 @@ def _identity_fallbacks(config: ElmoConfig) -> dict[str, np.ndarray]:
 def read_official_state(weight_file: str | Path, config: ElmoConfig,
                         arrays: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
     """Our state dict from an official weight file (``arrays``: its datasets, when already read), checking every
-    dataset's presence, shape and values."""
+    dataset's presence, shape, type and values."""
     path = Path(weight_file)
-    table = name_table(config)
+    if arrays is None:
+        arrays = _read_hdf5(path, config)
+    else:
+        check_datasets(path, config, {name: (tuple(a.shape), a.dtype) for name, a in arrays.items()})
     fallbacks = _identity_fallbacks(config)
-    arrays = _read_hdf5(path) if arrays is None else arrays
-    expected = {entry.dataset for entry in table}
-    unexpected = sorted(set(arrays) - expected)
-    if unexpected:
-        raise WeightFileError(f"{path}: unexpected dataset {unexpected[0]!r} (and {len(unexpected) - 1} more): "
-                              f"not part of the model options.json describes; check that the two files belong together")
     state: dict[str, torch.Tensor] = {}
-    for entry in table:
-        if entry.dataset in arrays:
-            array = arrays[entry.dataset]
-        elif entry.dataset in fallbacks:
-            array = fallbacks[entry.dataset]
-        else:
-            raise WeightFileError(f"{path}: dataset {entry.dataset!r} is missing "
-                                  f"(options.json implies shape {entry.shape})")
-        if tuple(array.shape) != entry.shape:
-            raise WeightFileError(f"{path}: dataset {entry.dataset!r} has shape {tuple(array.shape)} where "
-                                  f"options.json implies {entry.shape}; check that the two files belong together")
+    for entry in name_table(config):
+        array = arrays[entry.dataset] if entry.dataset in arrays else fallbacks[entry.dataset]
         if not np.isfinite(array).all():
             raise WeightFileError(f"{path}: dataset {entry.dataset!r} holds NaN or infinite values")
         for name, value in zip(entry.params, entry.to_ours(array.astype(np.float32, copy=False))):
@@ -193,10 +181,12 @@ def read_official_state(weight_file: str | Path, config: ElmoConfig,
     return state
 
 
-def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
-    """Every dataset of an hdf5 file, by its full path without the leading '/'."""
-    if not path.exists():
-        raise WeightFileError(f"{path}: no such weight file")
+def _read_hdf5(path: Path, config: ElmoConfig | None = None) -> dict[str, np.ndarray]:
+    """Every dataset of an hdf5 file, by its full path without the leading '/'. With ``config``, every dataset's
+    name, shape and type are checked against it first, before any data is read (a damaged or hostile file can
+    declare a sparse dataset of terabytes)."""
+    if config is not None:
+        check_datasets(path, config, dataset_shapes(path))
     arrays: dict[str, np.ndarray] = {}
     try:
         with h5py.File(path, "r") as f:
@@ -207,6 +197,44 @@ def _read_hdf5(path: Path) -> dict[str, np.ndarray]:
     except (OSError, KeyError, RuntimeError, ValueError) as err:
         raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
     return arrays
+
+
+def dataset_shapes(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """(shape, dtype) of every dataset of an hdf5 file, read from its headers (no data is read)."""
+    if not path.exists():
+        raise WeightFileError(f"{path}: no such weight file")
+    found: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    try:
+        with h5py.File(path, "r") as f:
+            def visit(name: str, obj: object) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    found[name] = (tuple(obj.shape or ()), obj.dtype)
+            f.visititems(visit)
+    except (OSError, KeyError, RuntimeError, ValueError) as err:
+        raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
+    return found
+
+
+def check_datasets(path: Path, config: ElmoConfig, found: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    """Every dataset the file declares is one ``config`` implies, of its shape, and of floating-point numbers."""
+    table = {entry.dataset: entry.shape for entry in name_table(config)}
+    fallbacks = _identity_fallbacks(config)
+    unexpected = sorted(set(found) - set(table))
+    if unexpected:
+        raise WeightFileError(f"{path}: unexpected dataset {unexpected[0]!r} (and {len(unexpected) - 1} more): "
+                              f"not part of the model options.json describes; check that the two files belong together")
+    for name, shape in table.items():
+        if name not in found:
+            if name in fallbacks:
+                continue
+            raise WeightFileError(f"{path}: dataset {name!r} is missing (options.json implies shape {shape})")
+        got, dtype = found[name]
+        if got != shape:
+            raise WeightFileError(f"{path}: dataset {name!r} has shape {got} where options.json implies {shape}; "
+                                  f"check that the two files belong together")
+        if dtype.kind != "f":
+            raise WeightFileError(f"{path}: dataset {name!r} holds {dtype} values where floating-point numbers are "
+                                  f"expected; the file is not a weight file, or is damaged")
 
 
 def _hdf5_problem(err: Exception) -> str:
@@ -328,8 +356,9 @@ def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> Elmo
 def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
     check_official_pair(options_file, weight_file)
-    arrays = _read_hdf5(Path(weight_file))
-    config = unclipped_without_projection(ElmoConfig.from_file(options_file), set(arrays))
+    config = ElmoConfig.from_file(options_file)  # every size within elmo.limits
+    config = unclipped_without_projection(config, set(dataset_shapes(Path(weight_file))))
+    arrays = _read_hdf5(Path(weight_file), config)  # names, shapes and types checked before any data is read
     model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = file_tokenizer(options_file)  # named in our exports; in others' files: whitespace
     model.load_state_dict(read_official_state(weight_file, config, arrays), strict=True)
@@ -349,11 +378,13 @@ def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weigh
     """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths. A model that
     splits raw text with a tokenizer names it in options.json (``"tokenizer"``: an extra key those readers ignore)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = out / "options.json", out / weights_name
-    with atomic_path(weights_path) as tmp:
+    arrays = official_arrays(model)
+    check_free_space(weights_path, sum(a.nbytes for a in arrays.values()) + (1 << 20), "the weight file")
+    out.mkdir(parents=True, exist_ok=True)
+    with write_errors(weights_path), atomic_path(weights_path) as tmp:  # libhdf5 can crash when the disk fills
         with h5py.File(tmp, "w") as f:
-            for name, array in official_arrays(model).items():
+            for name, array in arrays.items():
                 f.create_dataset(name, data=array)
     options = model.config.to_options()
     if model.tokenizer_name is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -54,8 +55,9 @@ class Utf8Lines:
     A byte-order mark at the start of the file is dropped.
     """
 
-    def __init__(self, path: str | Path, errors: str = "strict") -> None:
+    def __init__(self, path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> None:
         self.path, self.errors, self.number = Path(path), errors, 0
+        self.max_line_bytes = max_line_bytes  # a longer line is refused (its bytes are not read whole)
         self._file = open_binary(path)
 
     def __iter__(self) -> "Utf8Lines":
@@ -63,11 +65,16 @@ class Utf8Lines:
 
     def __next__(self) -> str:
         try:
-            raw = next(self._file)
+            raw = next(self._file) if self.max_line_bytes is None else self._file.readline(self.max_line_bytes + 1)
         except READ_ERRORS as err:
             raise TextLineError(self.path, self.number + 1, f"damaged gzip data ({err})",
                                 "download or compress the file again") from None
+        if not raw:
+            raise StopIteration
         self.number += 1
+        if self.max_line_bytes is not None and len(raw) > self.max_line_bytes and not raw.endswith(b"\n"):
+            raise TextLineError(self.path, self.number, f"longer than {self.max_line_bytes:,} bytes",
+                                "split it into sentences, one per line")
         try:
             return raw.decode("utf-8-sig" if self.number == 1 else "utf-8", errors=self.errors)
         except UnicodeDecodeError as err:
@@ -83,9 +90,11 @@ class Utf8Lines:
         self.close()
 
 
-def numbered_lines(path: str | Path, errors: str = "strict") -> Iterator[tuple[int, str]]:
-    """``(1-based number, line)`` with the ``"\\n"`` and one trailing ``"\\r"`` removed."""
-    with Utf8Lines(path, errors) as lines:
+def numbered_lines(path: str | Path, errors: str = "strict",
+                   max_line_bytes: int | None = None) -> Iterator[tuple[int, str]]:
+    """``(1-based number, line)`` with the ``"\\n"`` and one trailing ``"\\r"`` removed (``max_line_bytes``: a
+    longer line is an error naming it)."""
+    with Utf8Lines(path, errors, max_line_bytes) as lines:
         for line in lines:
             yield lines.number, line.removesuffix("\n").removesuffix("\r")
 
@@ -102,3 +111,26 @@ def count_lines(path: str | Path) -> int:
             raise TextLineError(path, count + 1, f"damaged gzip data ({err})",
                                 "download or compress the file again") from None
     return count + (last != b"\n")
+
+
+@dataclass
+class TextScan:
+    """What one streaming pass over a text file found (:func:`scan_text`)."""
+
+    lines: int
+    tokens: int  # whitespace-separated, all lines together
+    longest: int  # whitespace-separated tokens of the longest line
+    longest_line: int  # its 1-based number (0 for an empty file)
+
+
+def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> TextScan:
+    """Decode every line once, before any work is done on the file: the first line that cannot be read raises its
+    :class:`TextLineError` now (seconds), not after the lines before it were processed (hours)."""
+    tokens = longest = longest_line = 0
+    with Utf8Lines(path, errors, max_line_bytes) as lines:
+        for line in lines:
+            n = len(line.split())
+            tokens += n
+            if n > longest:
+                longest, longest_line = n, lines.number
+        return TextScan(lines.number, tokens, longest, longest_line)

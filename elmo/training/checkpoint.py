@@ -32,14 +32,18 @@ from safetensors.torch import load_file, save_file
 
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path, new_file_mode
+from elmo.io.atomic import atomic_path, check_free_space, new_file_mode
 from elmo.io.checkpoint import PREFIX, list_checkpoints, resolve_checkpoint
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import ModelFileError, load_state_strict, save_model
 from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
+from elmo.training.checkpoint_fields import check_optimizer_record, check_trainer_record
 from elmo.training.softmax import LMSoftmax
+
+
+CHECKPOINT_EXTRA = 1 << 20  # bytes beside the tensors: vocabulary, JSON, file headers (an upper guess)
 
 
 def flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -83,6 +87,10 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     final = run / f"{PREFIX}{step:08d}"
+    tensors_out = [*bilm.state_dict().values(), *softmax.state_dict().values(), *tensors.values(),
+                   *(flatten_optimizer(optimizer_state)[0].values() if optimizer_state is not None else ())]
+    check_free_space(run, sum(t.numel() * t.element_size() for t in tensors_out) + CHECKPOINT_EXTRA,
+                     f"checkpoint {final.name}")
     tmp = run / f".{final.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -120,11 +128,15 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         tensors = load_file(str(root / "state.safetensors"))
         optimizer = None
         if (root / "optimizer.safetensors").is_file():
-            optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")),
-                                            _json(root / "optimizer.json"))
+            plain = _json(root / "optimizer.json")
+            check_optimizer_record(plain, root / "optimizer.json")
+            optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")), plain)
         settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
+    except ModelFileError:
+        raise
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root}: damaged checkpoint ({err})") from None
+    check_trainer_record(settings["trainer.json"], root / "trainer.json")
     return Checkpoint(root, bilm, softmax, Vocabulary.load(root / "vocab.txt"), settings["train_config.json"],
                       optimizer, tensors, settings["trainer.json"])
 
@@ -140,6 +152,8 @@ def _json(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise UsageError(f"{path.name} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a checkpoint's settings") from None
 
 
 def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary) -> Path:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from elmo.config import PRESETS, ConfigError, ElmoConfig
+from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 if sys.version_info >= (3, 11):
@@ -72,9 +74,13 @@ class TrainConfig:
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise ConfigError(f"{source}: training key {key!r} must be {'an integer' if kind is int else 'a number'}"
                                   f", got {value!r}")
+            if not math.isfinite(value):
+                raise ConfigError(f"{source}: training key {key!r} must be a finite number, got {value!r}")
             if value < low or (strict and value == low):
                 bound = f"greater than {low}" if strict else f"at least {low}"
                 raise ConfigError(f"{source}: training key {key!r} must be {bound}, got {value!r}")
+            if value > (high := _UPPER.get(key, MAX_COUNT)):
+                raise ConfigError(f"{source}: training key {key!r} must be at most {high:,}, got {value!r}")
         if self.tokenize is not None and self.tokenize not in TOKENIZER_NAMES:
             raise ConfigError(f"{source}: tokenize must be one of {', '.join(TOKENIZER_NAMES)}, got {self.tokenize!r}")
         if self.optimizer not in ("adagrad", "adam"):
@@ -126,6 +132,8 @@ class TrainConfig:
             data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"{path}: {err}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: nested too deeply to be a training config") from None
         return cls.from_dict(data, source=str(path))
 
     def replace(self, **changes: Any) -> "TrainConfig":
@@ -142,11 +150,15 @@ _NUMBER = (int, float)
 _RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, whether the bound itself is excluded)
     "batch_size": (int, 1, False), "unroll_steps": (int, 1, False), "n_negative_samples": (int, 1, False),
     "learning_rate": (_NUMBER, 0, True), "initial_accumulator": (_NUMBER, 0, False), "clip_norm": (_NUMBER, 0, True),
-    "dropout": (_NUMBER, 0, False), "max_steps": (int, 0, False), "max_minutes": (_NUMBER, 0, False),
+    "dropout": (_NUMBER, 0, False), "max_steps": (int, 0, False), "max_minutes": (_NUMBER, 0, True),
     "checkpoint_every": (int, 1, False), "keep_checkpoints": (int, 1, False), "log_every": (int, 1, False),
     "seed": (int, 0, False), "chunk_size": (int, 1, False), "max_bad_steps": (int, 1, False),
     "zero_state_share": (_NUMBER, 0, False), "freeze_bilm_steps": (int, 0, False),
 }
+# upper bounds (elmo.limits): a setting above them asks for more memory or time than any machine has; others: MAX_COUNT
+_UPPER = {"batch_size": MAX_BATCH_SIZE, "unroll_steps": 100_000, "n_negative_samples": 10_000_000,
+          "max_minutes": MAX_MINUTES, "keep_checkpoints": 1_000_000, "chunk_size": 100_000_000, "seed": 2**62,
+          "learning_rate": 1e6, "initial_accumulator": 1e6, "clip_norm": 1e12}
 _OPTIONAL = {"max_steps", "max_minutes", "freeze_bilm_steps"}  # None: no limit (freeze_bilm_steps: the default)
 
 

@@ -9,7 +9,7 @@ import torch
 
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import Vocabulary
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, check_free_space, write_errors
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model, save_language_model
@@ -43,6 +43,8 @@ def token_embeddings(bilm: BiLM, words: list[str], batch_size: int = 512) -> tor
 def dump_token_embeddings(bilm: BiLM, vocab_file: str | Path, out_file: str | Path) -> int:
     """bilm-tf's token-embedding cache: one dataset ``embedding`` (V, P) in vocabulary order."""
     words = Vocabulary.load(vocab_file).words
-    with atomic_path(out_file) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("embedding", data=token_embeddings(bilm, words).float().numpy())
+    vectors = token_embeddings(bilm, words).float().numpy()  # (V, P)
+    check_free_space(out_file, vectors.nbytes + (1 << 20), f"{len(words):,} token vectors")
+    with write_errors(out_file), atomic_path(out_file) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("embedding", data=vectors)
     return len(words)

@@ -26,8 +26,10 @@ from tqdm.auto import tqdm
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import ElmoError, UsageError
+from elmo.io.atomic import DiskWriteError, is_disk_full
 from elmo.io.checkpoint import list_checkpoints
-from elmo.io.native import load_state_strict
+from elmo.io.lock import OutputLock
+from elmo.io.native import ModelFileError, load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.checkpoint import Checkpoint, save_checkpoint
 from elmo.training.config import TrainConfig
@@ -36,6 +38,7 @@ from elmo.training.lm import LanguageModel
 from elmo.training.run_start import Distributed, settle_run
 from elmo.training.softmax import LogUniformSampler
 
+LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
 _ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
 
 
@@ -55,6 +58,21 @@ class Trainer:
         self._join_processes(device)
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         self._checked_unknown = False
+        self._lock, self._made_out_dir = None, False
+        if self.env.main:  # one run at a time writes a run folder: a second gets "in use by pid N"
+            self._made_out_dir = not self.out_dir.exists()
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = OutputLock(self.out_dir / LOCK_NAME, str(self.out_dir)).acquire()
+        try:
+            self._set_up(config, files, vocab, tokenizer, resume, init_from, given)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, config: TrainConfig, files: Sequence[str | Path], vocab: Vocabulary | None,
+                tokenizer: Callable[[str], list[str]] | None, resume: str | Path | None,
+                init_from: str | Path | None, given: dict | None) -> None:
+        """The run's settings, model, optimizer, data streams and, when resuming, the checkpoint's state."""
         checkpoint, start, config, vocab = settle_run(config, vocab, self.out_dir, resume, init_from, given, self.env)
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)
@@ -73,6 +91,14 @@ class Trainer:
         if checkpoint is not None:
             self._restore(checkpoint)
         self.ddp = self._wrap_for_processes()
+
+    def close(self) -> None:
+        """Give the run folder's lock back; a folder this run made and left empty is removed."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        if self._made_out_dir and self.out_dir.is_dir() and not any(self.out_dir.iterdir()):
+            self.out_dir.rmdir()
 
     # ---- setup ------------------------------------------------------------------------------------------------
     def _join_processes(self, device: str | None) -> None:
@@ -142,6 +168,16 @@ class Trainer:
         if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in self.files]:  # ./a.txt = /x/a.txt
             raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
                              f"with the same training files (use --init-from to continue on new text)")
+        try:
+            self._load_states(checkpoint)
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
+            raise ModelFileError(f"{checkpoint.path}: its optimizer, data or carried states do not fit this run "
+                                 f"({type(err).__name__}: {' '.join(str(err).split())[:160]}); the checkpoint is "
+                                 f"damaged or was edited: resume from another one") from None
+        self.step, self.tokens_seen, self.elapsed = trainer["step"], trainer["tokens_seen"], trainer["elapsed"]
+
+    def _load_states(self, checkpoint) -> None:
+        """The optimizer, the data positions, the carried states and the random generators of ``checkpoint``."""
         if checkpoint.optimizer is not None:
             # the saved groups carry the kernel choice of the machine that wrote them: this one's applies
             groups = [{**group, "fused": self._fused_optimizer, "foreach": None}
@@ -149,7 +185,7 @@ class Trainer:
             self.optimizer.load_state_dict({**checkpoint.optimizer, "param_groups": groups})
         rank = self.env.rank
         for direction, batcher in enumerate(self.batchers):
-            batcher.load_state_dict(trainer["data"][rank][direction])
+            batcher.load_state_dict(checkpoint.trainer["data"][rank][direction])
         t = checkpoint.tensors
         self.states = [[(t[f"r{rank}.d{d}.l{l}.h"].to(self.device), t[f"r{rank}.d{d}.l{l}.c"].to(self.device))
                         for l in range(self.config.model.lstm.n_layers)] for d in range(2)]
@@ -159,7 +195,6 @@ class Trainer:
         # "sampler_rng": checkpoints written before each rank drew its own (their other ranks keep their new seed)
         if f"r{rank}.sampler_rng" in t or rank == 0:
             self.sampler.set_state(t.get(f"r{rank}.sampler_rng", t.get("sampler_rng")))
-        self.step, self.tokens_seen, self.elapsed = trainer["step"], trainer["tokens_seen"], trainer["elapsed"]
 
     # ---- one step ---------------------------------------------------------------------------------------------
     def _warn_if_mostly_unknown(self, batch: LMBatch) -> None:
@@ -244,7 +279,14 @@ class Trainer:
 
     # ---- the loop ---------------------------------------------------------------------------------------------
     def train(self) -> list[dict[str, float]]:
-        """Train until max_steps or max_minutes; checkpoint every checkpoint_every steps and at the end."""
+        """Train until max_steps or max_minutes; checkpoint every checkpoint_every steps and at the end. The run
+        folder's lock is given back at the end, however the loop ends."""
+        try:
+            return self._train()
+        finally:
+            self.close()
+
+    def _train(self) -> list[dict[str, float]]:
         cfg = self.config
         history: list[dict[str, float]] = []
         start, start_step = time.monotonic(), self.step
@@ -316,8 +358,11 @@ class Trainer:
             return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
                                    self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
                                    keep=self.config.keep_checkpoints)
-        except OSError as err:
+        except Exception as err:  # an OSError, or a writer's own error for a full disk (safetensors)
+            if not (isinstance(err, OSError) or is_disk_full(err)):
+                raise
             previous = list_checkpoints(self.out_dir)
             kept = f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
-            raise OSError(err.errno, f"checkpoint at step {self.step} not written to {self.out_dir} "
-                                     f"({err.strerror or err}); {kept}") from None
+            reason = " ".join(str(getattr(err, "strerror", None) or err).split())[:200]
+            raise DiskWriteError(f"checkpoint at step {self.step} not written to {self.out_dir} ({reason}); "
+                                 f"{kept}") from None

@@ -197,10 +197,11 @@ def test_a_gzipped_input_is_read_like_the_plain_file(tmp_path):
 def test_the_output_may_not_be_the_input_or_a_folder(tmp_path, capsys):
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
     (tmp_path / "link.txt").symlink_to(tmp_path / "in.txt")
-    for output, message in ((tmp_path / "in.txt", "overwrite the input"), (tmp_path / "link.txt", "overwrite the input"),
-                            (tmp_path, "is a folder")):
+    for output, message, code in ((tmp_path / "in.txt", "would overwrite its own input", 2),
+                                  (tmp_path / "link.txt", "would overwrite its own input", 2),
+                                  (tmp_path, "is a folder", 1)):
         rc = main(["embed", str(tmp_path / "in.txt"), str(output), "--top", "--quiet", *MODEL])
-        assert rc == 1 and message in capsys.readouterr().err
+        assert rc == code and message in capsys.readouterr().err
     assert (tmp_path / "in.txt").read_text(encoding="utf-8") == "a b\n"
 
 

@@ -14,6 +14,7 @@ import elmo.embed_file as embed_file_module
 from elmo.model.engine import InferenceEngine
 from elmo.embed_file import embed_file
 from elmo.io.official import load_official
+from elmo.io.work_folder import WorkFolderError
 from tests.conftest import OPTIONS, WEIGHTS
 
 LINES = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(1 + i % 9)) for i in range(40)] + [""]
@@ -57,11 +58,12 @@ def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, monkeypatch, s
 
 
 def test_resume_refuses_changed_settings(tmp_path):
-    from elmo.embed_file import InputFileError, PartStore
+    from elmo.io.parts import PartStore
+    from elmo.io.work_folder import WorkFolderError
 
     store = PartStore(tmp_path / "o.parts", {"batch_size": 4}, resume=False)
     store.write(0, ["0"], [np.zeros((1, 2), np.float32)], None)
-    with pytest.raises(InputFileError, match="differs in batch_size"):
+    with pytest.raises(WorkFolderError, match="differs in batch_size"):
         PartStore(tmp_path / "o.parts", {"batch_size": 8}, resume=True)
 
 
@@ -86,7 +88,7 @@ def test_resume_refuses_another_chunk_size_or_precision(tmp_path, monkeypatch, s
     monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
     model = InferenceEngine.build(load_official(OPTIONS, WEIGHTS), second.get("precision", "fp32"))
     changed = "chunk_size" if "chunk_size" in second else "precision"
-    with pytest.raises(embed_file_module.InputFileError, match=f"differs in {changed}"):
+    with pytest.raises(WorkFolderError, match=f"differs in {changed}"):
         embed_file(model, tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4, progress=False,
                    resume=True, chunk_size=second.get("chunk_size", 4))
 

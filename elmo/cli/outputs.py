@@ -1,0 +1,58 @@
+"""Inputs are never outputs: every command that writes refuses, before any work, an output that is one of its
+inputs (the same path, through a link, or a hard link), or a folder in which it would overwrite one."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+from pathlib import Path
+
+from elmo.cli.common import STDIO, CommandLineError
+from elmo.io.atomic import same_file
+
+_MODEL = ("model", "options", "weights")
+# command -> (its outputs, its inputs, the names a folder output receives: None for a file output)
+WRITERS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]] = {
+    "elmo embed": (("output",), ("input", *_MODEL, "cache_vocab"), None),
+    "elmo vocab build": (("output",), ("files",), None),
+    "elmo probe word2vec": (("out",), ("files",), None),
+    "elmo plot": (("out",), ("sentences", *_MODEL), None),
+    "elmo dump-token-embeddings": (("output",), ("vocab", *_MODEL), None),
+    "elmo convert": (("output",), _MODEL, ("config.json", "model.safetensors", "options.json", "weights.hdf5")),
+    "elmo export": (("output",), ("checkpoint",), ("config.json", "model.safetensors", "options.json",
+                                                  "weights.hdf5", "softmax.safetensors", "vocab.txt")),
+    "elmo task train": (("out",), ("train", "dev", "model"), ("task.json", "head.safetensors")),
+    "elmo train": (("out",), ("files", "vocab", "init_from", "config"), ("metrics.jsonl",)),
+}
+
+
+def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[str]:
+    """The existing files and folders the input arguments name (globs expanded; ``-`` and model names left out)."""
+    found: list[str] = []
+    for dest in dests:
+        value = getattr(args, dest, None)
+        for name in value if isinstance(value, list) else [value]:
+            if not isinstance(name, str) or name == STDIO:
+                continue
+            matches = glob.glob(name) if glob.has_magic(name) else [name]
+            found.extend(match for match in matches if Path(match).exists())
+    return found
+
+
+def check_outputs(args: argparse.Namespace, command: str) -> None:
+    """Refuse an output that is (or links to) an input, or a folder output that would overwrite an input in it."""
+    if command not in WRITERS:
+        return
+    outputs, inputs, folder_names = WRITERS[command]
+    named = _named_inputs(args, inputs)
+    for dest in outputs:
+        output = getattr(args, dest, None)
+        if not isinstance(output, str) or output == STDIO:
+            continue
+        for name in named:
+            if same_file(output, name):
+                raise CommandLineError(f"{output}: is the input {name}; the command would overwrite its own input: "
+                                       f"give another output")
+            if folder_names and Path(name).name in folder_names and same_file(Path(name).parent, output):
+                raise CommandLineError(f"{output}: writing {Path(name).name} there would overwrite the input "
+                                       f"{name}: give another folder")

@@ -1,0 +1,35 @@
+"""Size limits, checked before anything is allocated: a file or flag that asks for more is refused in one line
+(the model's sizes by ``elmo.config``, input lines by ``elmo.embed_file``, flags by ``elmo.cli.common``, training
+settings by ``elmo.training.config``).
+
+Every limit is far above the largest released model (``original-5.5b``: LSTM cells 4,096, projections 512, 2
+layers, 2,048 CNN filters, 2 highway layers, 50 characters per token, 93.6 M parameters) and far below what would
+exhaust a machine before an error could be raised.
+"""
+
+from __future__ import annotations
+
+# ---- a model's shape (options.json / config.json) ----------------------------------------------------------------
+MODEL_LIMITS: dict[str, int] = {
+    "lstm.dim": 32_768,  # memory cells per LSTM layer
+    "lstm.projection_dim": 8_192,  # projected state, the token vector's half
+    "lstm.n_layers": 16,  # layers per direction
+    "char_cnn.embedding.dim": 4_096,  # one character's embedding
+    "char_cnn.filter_width": 64,  # one convolution's width, in characters
+    "char_cnn.filter_num": 65_536,  # one convolution's outputs
+    "char_cnn.n_filters": 65_536,  # all convolutions' outputs together: the highway width
+    "char_cnn.filters": 64,  # convolutions
+    "char_cnn.n_highway": 16,  # highway layers
+    "char_cnn.max_characters_per_token": 1_024,  # character slots per token
+}
+MAX_PARAMETERS = 2_000_000_000  # a whole biLM (8 GB in float32); the largest released one has 93.6 M
+
+# ---- input text (elmo embed) -------------------------------------------------------------------------------------
+MAX_TOKENS_PER_LINE = 100_000  # one sentence; a longer line is refused, naming it (split it into sentences)
+MAX_LINE_BYTES = 64 * 1024 * 1024  # one line's bytes, read before it is split: a longer line is refused
+
+# ---- command-line numbers ----------------------------------------------------------------------------------------
+MAX_BATCH_SIZE = 65_536  # sentences per batch (elmo embed), rows per process (elmo train)
+MAX_COUNT = 10**12  # steps, sentences, neighbours and other counts
+MAX_MINUTES = 10**7  # about 19 years
+

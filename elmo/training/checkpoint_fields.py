@@ -1,0 +1,96 @@
+"""Every field of a checkpoint's ``trainer.json`` and ``optimizer.json`` checked before it is used: a damaged or
+edited checkpoint is one line naming the file and the field, never a traceback from deep inside a resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from elmo.io.native import ModelFileError
+
+_BATCHER_KEYS = ("source", "queues", "current", "counter", "exhausted")
+_SOURCE_KEYS = ("epoch", "file_index", "line", "chunks", "served")
+# optimizer settings that are numbers (Adagrad's and Adam's); betas: two numbers
+_OPTIMIZER_NUMBERS = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+
+
+def _fail(path: Path, field: str, problem: str) -> ModelFileError:
+    return ModelFileError(f"{path}: {field} {problem}; the checkpoint is damaged or was edited: resume from "
+                          f"another checkpoint, or start a new run from its weights with --init-from")
+
+
+def _whole(value: Any, path: Path, field: str, low: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise _fail(path, field, f"must be a whole number >= {low}, got {value!r}")
+    return value
+
+
+def _number(value: Any, path: Path, field: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise _fail(path, field, f"must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def check_trainer_record(record: Any, path: Path) -> None:
+    """trainer.json: step, tokens_seen, elapsed, world, files, and each rank's two data positions."""
+    if not isinstance(record, dict):
+        raise _fail(path, "the file", f"must hold a JSON object, got {type(record).__name__}")
+    for key in ("step", "tokens_seen"):
+        _whole(record.get(key), path, key)
+    _number(record.get("elapsed"), path, "elapsed")
+    world = _whole(record.get("world", 1), path, "world", 1)
+    files = record.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise _fail(path, "files", "must be a list of file names")
+    data = record.get("data")
+    if not isinstance(data, list) or len(data) != world:
+        raise _fail(path, "data", f"must be a list of {world} rank(s), got {type(data).__name__}"
+                    + (f" of {len(data)}" if isinstance(data, list) else ""))
+    for rank, directions in enumerate(data):
+        if not isinstance(directions, list) or len(directions) != 2:
+            raise _fail(path, f"data[{rank}]", "must hold the forward and the backward position")
+        for d, batcher in enumerate(directions):
+            _check_batcher(batcher, path, f"data[{rank}][{d}]")
+
+
+def _check_batcher(state: Any, path: Path, field: str) -> None:
+    if not isinstance(state, dict) or any(k not in state for k in _BATCHER_KEYS):
+        raise _fail(path, field, f"must be an object with {', '.join(_BATCHER_KEYS)}")
+    source = state["source"]
+    if not isinstance(source, dict) or any(k not in source for k in _SOURCE_KEYS):
+        raise _fail(path, f"{field}.source", f"must be an object with {', '.join(_SOURCE_KEYS)}")
+    for key in ("epoch", "file_index", "line", "chunks", "served"):
+        _whole(source[key], path, f"{field}.source.{key}")
+    _whole(state["counter"], path, f"{field}.counter")
+    for key in ("queues", "current"):
+        if not isinstance(state[key], list) or not all(isinstance(row, list) for row in state[key]):
+            raise _fail(path, f"{field}.{key}", "must be a list of rows")
+    if not isinstance(state["exhausted"], bool):
+        raise _fail(path, f"{field}.exhausted", f"must be true or false, got {state['exhausted']!r}")
+
+
+def check_optimizer_record(plain: Any, path: Path) -> None:
+    """optimizer.json: the parameter groups (their numbers finite, their parameters indices) and the per-parameter
+    plain values."""
+    if not isinstance(plain, dict) or not isinstance(plain.get("param_groups"), list) \
+            or not isinstance(plain.get("state"), dict):
+        raise _fail(path, "the file", "must be an object with param_groups (a list) and state (an object)")
+    for g, group in enumerate(plain["param_groups"]):
+        if not isinstance(group, dict):
+            raise _fail(path, f"param_groups[{g}]", "must be an object")
+        for key in _OPTIMIZER_NUMBERS:
+            if key in group:
+                _number(group[key], path, f"param_groups[{g}].{key}")
+        if "betas" in group and (not isinstance(group["betas"], list) or len(group["betas"]) != 2):
+            raise _fail(path, f"param_groups[{g}].betas", f"must be two numbers, got {group['betas']!r}")
+        for b, beta in enumerate(group.get("betas", [])):
+            _number(beta, path, f"param_groups[{g}].betas[{b}]")
+        params = group.get("params")
+        if not isinstance(params, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in params):
+            raise _fail(path, f"param_groups[{g}].params", "must be a list of parameter indices")
+    for index, values in plain["state"].items():
+        if not index.isdigit() or not isinstance(values, dict):
+            raise _fail(path, f"state[{index!r}]", "must be an object under a parameter index")
+        for key, value in values.items():
+            _number(value, path, f"state[{index!r}].{key}")

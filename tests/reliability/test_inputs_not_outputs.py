@@ -1,0 +1,58 @@
+"""Case 3 of "Nothing lost": no command writes over its own input (the same name, a symbolic or a hard link, or a
+file of the input's name in an output folder). Each refusal is one usage line (exit 2), the input byte for byte as
+it was, and nothing written."""
+
+import os
+
+import pytest
+
+from elmo.io.official import export_official
+from elmo.io.native import load_model
+from tests.reliability.tiny import cli, one_error_line, text_file, tiny_model
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def place(tmp_path):
+    model = tiny_model(tmp_path / "model")
+    text_file(tmp_path / "corpus.txt", 20)
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nw1\n", encoding="utf-8")
+    export_official(load_model(model), tmp_path / "official")
+    os.symlink(tmp_path / "corpus.txt", tmp_path / "corpus-link.txt")
+    os.link(tmp_path / "corpus.txt", tmp_path / "corpus-hard.txt")
+    return tmp_path
+
+
+CASES = {
+    "vocab build": lambda t: ["vocab", "build", t / "corpus.txt", "-o", t / "corpus.txt"],
+    "vocab build, a glob": lambda t: ["vocab", "build", t / "corpus*.txt", "-o", t / "corpus.txt"],
+    "vocab build, a symbolic link": lambda t: ["vocab", "build", t / "corpus.txt", "-o", t / "corpus-link.txt"],
+    "probe word2vec": lambda t: ["probe", "word2vec", t / "corpus.txt", "--out", t / "corpus.txt"],
+    "embed, a hard link": lambda t: ["embed", t / "corpus.txt", t / "corpus-hard.txt", "--top", "--model", t / "model"],
+    "embed over the weights": lambda t: ["embed", t / "corpus.txt", t / "official" / "weights.hdf5", "--top",
+                                         "--options", t / "official" / "options.json",
+                                         "--weights", t / "official" / "weights.hdf5"],
+    "dump-token-embeddings": lambda t: ["dump-token-embeddings", t / "vocab.txt", t / "vocab.txt",
+                                        "--model", t / "model"],
+    "convert into the model's folder": lambda t: ["convert", "--options", t / "official" / "options.json",
+                                                  "--weights", t / "official" / "weights.hdf5", "--to", "official",
+                                                  t / "official"],
+    "convert onto the model folder": lambda t: ["convert", "--model", t / "model", "--to", "ours", t / "model"],
+    "plot": lambda t: ["plot", "w1", "--sentences", t / "corpus.txt", "--out", t / "corpus.txt",
+                       "--model", t / "model"],
+    "train --out a training file": lambda t: ["train", t / "corpus.txt", "--vocab", t / "vocab.txt",
+                                              "--out", t / "corpus.txt"],
+    "export onto its checkpoint": lambda t: ["export", t / "model", t / "model"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_output_that_is_an_input_is_refused(place, capsys, case):
+    before = _snapshot(place)
+    rc, err = cli(capsys, *CASES[case](place))
+    assert rc == 2
+    one_error_line(err, "would overwrite")
+    assert _snapshot(place) == before

@@ -1,0 +1,63 @@
+"""Case 8 of "Nothing lost": numbers are checked where they enter, and non-finite vectors are never silent.
+
+`--max-minutes nan` / `0` / `inf` / `-1` are usage errors (a run that cannot do what was asked does not start and
+exit 0 with an empty folder); weights of 3e38 that make NaN/inf vectors are an error naming the lines (exit 1, no
+output, no parts), or with --allow-non-finite a warning naming them and the vectors kept.
+"""
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from elmo.io.native import save_model
+from tests.conftest import random_bilm, small_config
+from tests.reliability.tiny import cli, litter, one_error_line, text_file
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "inf", "-1", "1e400", "ten"])
+def test_max_minutes_must_be_a_finite_positive_number(tmp_path, capsys, value):
+    text_file(tmp_path / "train.txt", 5)
+    rc, err = cli(capsys, "train", tmp_path / "train.txt", "--out", tmp_path / "run", f"--max-minutes={value}")
+    assert rc == 2 and "--max-minutes" in err and "Traceback" not in err
+    assert litter(tmp_path) == ["train.txt"]
+
+
+@pytest.mark.parametrize("flag, value", [("--zero-state-share", "nan"), ("--zero-state-share", "1.5"),
+                                         ("--seed", "-1"), ("--freeze-bilm-steps", "-5"), ("--nproc", "100000")])
+def test_other_training_numbers_are_checked(tmp_path, capsys, flag, value):
+    text_file(tmp_path / "train.txt", 5)
+    rc, err = cli(capsys, "train", tmp_path / "train.txt", "--out", tmp_path / "run", flag, value)
+    assert rc == 2 and flag in err and "Traceback" not in err
+
+
+def test_task_learning_rate_must_be_finite(tmp_path, capsys):
+    rc, err = cli(capsys, "task", "train", "ner", "--train", "x", "--dev", "x", "--out", tmp_path / "o", "--lr", "nan")
+    assert rc == 2 and "--lr" in err
+
+
+@pytest.fixture
+def overflowing_model(tmp_path):
+    """A model whose projection weights of 3e38 overflow float32: its token layer is infinite."""
+    model = random_bilm(small_config())
+    with torch.no_grad():
+        model.char_encoder.projection.weight.fill_(3e38)
+    return save_model(model, tmp_path / "model")
+
+
+def test_non_finite_vectors_are_an_error_naming_the_lines(tmp_path, capsys, overflowing_model):
+    text_file(tmp_path / "in.txt", 7)
+    rc, err = cli(capsys, "embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--all", "--model",
+                  overflowing_model, "--quiet")
+    assert rc == 1
+    one_error_line(err, "in.txt, lines 1, 2, 3, 4, 5 and 2 more: NaN or infinite vectors", "--allow-non-finite")
+    assert litter(tmp_path) == ["in.txt", "model"]
+
+
+def test_allow_non_finite_keeps_them_with_a_warning(tmp_path, capsys, overflowing_model):
+    text_file(tmp_path / "in.txt", 2)
+    rc, err = cli(capsys, "embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--all", "--model",
+                  overflowing_model, "--quiet", "--allow-non-finite")
+    assert rc == 0 and "warning: " in err and "lines 1, 2: NaN or infinite vectors" in err
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        assert not np.isfinite(f["0"][()]).all()

@@ -1,0 +1,69 @@
+"""Helpers for the reliability tests: a tiny model folder with random weights, the command line run in this process
+or in another one, and the checks every hostile case makes (one line, the exit code, no traceback, no litter)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from elmo.cli import main
+from elmo.io.native import save_model
+from tests.conftest import random_bilm, small_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_model(folder: Path, **lstm_changes) -> Path:
+    """A fixture-sized biLM with random weights saved in our format (``--model FOLDER``); output width 16."""
+    return save_model(random_bilm(small_config(**lstm_changes)), folder)
+
+
+def text_file(path: Path, lines: int, words: int = 6) -> Path:
+    """``lines`` short whitespace-tokenised sentences."""
+    path.write_text("".join(" ".join(f"w{(i * 7 + j) % 97}" for j in range(1 + (i + words) % words)) + "\n"
+                            for i in range(lines)), encoding="utf-8")
+    return path
+
+
+def cli(capsys, *args: str) -> tuple[int, str]:
+    """Run ``elmo ARGS`` in this process: (exit code, stderr)."""
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    return rc, capsys.readouterr().err
+
+
+def elmo_process(*args: str, patch: str = "", **kwargs) -> subprocess.Popen:
+    """``elmo ARGS`` as another process (``patch``: Python run first, in that process), its stderr piped."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    code = patch + "\nimport sys\nfrom elmo.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, **kwargs)
+
+
+def waiting_for(go_file: Path, module: str, name: str) -> str:
+    """A ``patch`` for :func:`elmo_process`: ``module.name`` (a function) first waits until ``go_file`` exists, so
+    that the process is certainly at work (holding its output) while the test starts a second one."""
+    return (f"import time, pathlib, {module} as m\n"
+            f"original = m.{name}\n"
+            f"def waiting(*a, **k):\n"
+            f"    while not pathlib.Path({str(go_file)!r}).exists():\n"
+            f"        time.sleep(0.02)\n"
+            f"    return original(*a, **k)\n"
+            f"m.{name} = waiting\n")
+
+
+def one_error_line(err: str, *fragments: str) -> str:
+    """The single ``error:`` line of ``err`` (no traceback, nothing else), holding every fragment."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and "error: " in lines[0], err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def litter(folder: Path, keep: set[str] = frozenset()) -> list[str]:
+    """What is in ``folder`` besides ``keep``: temporary files, parts folders, locks."""
+    return sorted(p.name for p in folder.iterdir() if p.name not in keep)
