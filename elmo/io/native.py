@@ -75,13 +75,14 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
     tokenizer = _stored_tokenizer(options, root)
     config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))  # every size within elmo.limits
     check_tensor_headers(root / WEIGHTS_NAME, config)  # before the model is built or any tensor read
-    model = BiLM.from_config(config, stateful=stateful)
+    with torch.device("meta"):  # no memory, no random initialisation: the file's tensors become the parameters
+        model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = tokenizer
     try:
-        state = load_file(str(root / WEIGHTS_NAME))
+        state = load_file(str(root / WEIGHTS_NAME))  # memory-mapped
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root / WEIGHTS_NAME}: not a readable safetensors file ({err})") from None
-    load_state_strict(model, state, str(root / WEIGHTS_NAME))
+    load_state_strict(model, state, str(root / WEIGHTS_NAME), assign=True)
     return model.eval()
 
 
@@ -129,8 +130,11 @@ def check_tensor_headers(path: Path, config: ElmoConfig) -> None:
                                  f"expected; the file is damaged or not a model")
 
 
-def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
-    """``load_state_dict(strict=True)`` with one-line errors that name the tensor and both shapes."""
+def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str,
+                      assign: bool = False) -> None:
+    """``load_state_dict(strict=True)`` with one-line errors that name the tensor and both shapes. ``assign``: the
+    tensors become the parameters, in the model's dtype (a model built on the meta device), instead of being copied
+    into them."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
     if missing:
@@ -144,7 +148,9 @@ def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], so
                                  f"implies {tuple(expected[name].shape)}")
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ModelFileError(f"{source}: tensor {name!r} holds NaN or infinite values")
-    model.load_state_dict(state, strict=True)
+    if assign:
+        state = {name: value.to(expected[name].dtype) for name, value in state.items()}  # float16 files: float32
+    model.load_state_dict(state, strict=True, assign=assign)
 
 
 def _read_json(path: Path) -> dict:

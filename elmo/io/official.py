@@ -359,9 +359,10 @@ def load_official(options_file: str | Path, weight_file: str | Path, stateful: b
     config = ElmoConfig.from_file(options_file)  # every size within elmo.limits
     config = unclipped_without_projection(config, set(dataset_shapes(Path(weight_file))))
     arrays = _read_hdf5(Path(weight_file), config)  # names, shapes and types checked before any data is read
-    model = BiLM.from_config(config, stateful=stateful)
+    with torch.device("meta"):  # no random initialisation: the file's arrays become the parameters
+        model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = file_tokenizer(options_file)  # named in our exports; in others' files: whitespace
-    model.load_state_dict(read_official_state(weight_file, config, arrays), strict=True)
+    model.load_state_dict(read_official_state(weight_file, config, arrays), strict=True, assign=True)
     return model.eval()
 
 
