@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from pathlib import Path
@@ -10,7 +11,8 @@ import torch
 
 from elmo.config import ElmoConfig
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# the real-data folder: $ELMO_DATA, by default ../shared/data beside the repository (as the tests read it)
+DATA = Path(os.environ.get("ELMO_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def synchronize(device: str | torch.device = "cpu") -> None:

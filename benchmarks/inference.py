@@ -85,7 +85,7 @@ def main() -> None:
                         help="sorted: sentences grouped by length, as Embedder and `elmo embed` do; file: as read")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda on a machine with a GPU")
     parser.add_argument("--text", type=Path, default=None,
-                        help="one tokenised sentence per line (default: ../shared/data/en/1b-heldout/dev.tokens)")
+                        help="one tokenised sentence per line (default: $ELMO_DATA/en/1b-heldout/dev.tokens)")
     args = parser.parse_args()
 
     device = torch.device(args.device)

@@ -3,7 +3,7 @@
     python benchmarks/precision.py --models en,ko --sentences 200
 
 Text: the first sentences of the 1B Word Benchmark held-out dev file (en) and of NSMC dev (ko), both in
-../shared/data. Prints, per model and mode: the max abs difference over all layers and tokens, the mean |value| of
+$ELMO_DATA (default ../shared/data). Prints, per model and mode: the max abs difference over all layers and tokens, the mean |value| of
 the float32 vectors (for scale) and the mean relative L2 error of the top layer per sentence.
 """
 

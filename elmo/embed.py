@@ -9,6 +9,7 @@ look like single words is ambiguous (one tokenised sentence, or many one-word se
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import tempfile
@@ -22,17 +23,19 @@ from tqdm.auto import tqdm
 
 from elmo.batching import Layers, length_batches, run_batch
 from elmo.devices import check_device
-from elmo.embed_file import embed_file
+from elmo.embed_file import NonFiniteVectorsError, embed_file
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.io.resolve import reference
 from elmo.model.bilm import BiLM
+from elmo.limits import MAX_TOKENS_PER_LINE
 from elmo.model.engine import InferenceEngine
 from elmo.model.mix import check_layers, scalar_weights
 from elmo.text.tokenize import get_tokenizer
 
 Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
 _SPACE = re.compile(r"\s")
+logger = logging.getLogger(__name__)
 
 
 class Padded(NamedTuple):
@@ -53,12 +56,14 @@ class Embedder:
 
     The biLM itself is not changed (not moved, not put in eval mode): the embedder runs an ``InferenceEngine`` built
     from its weights as they are now (``embedder.engine``); after changing them, call ``embedder.engine.rebuild()``.
+    NaN or infinite vectors are an error naming the sentences unless ``allow_non_finite=True`` (then a warning).
     """
 
     def __init__(self, bilm: BiLM, tokenizer: Callable[[str], list[str]] | str | None = None, max_tokens: int = 8192,
                  max_batch_size: int = 128, device: str | torch.device = "cpu",
                  mix_weights: Sequence[float] | None = None, gamma: float = 1.0,
-                 cache_words: Sequence[str] | None = None, precision: str = "fp32") -> None:
+                 cache_words: Sequence[str] | None = None, precision: str = "fp32",
+                 allow_non_finite: bool = False) -> None:
         if bilm.stateful:
             raise UsageError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
         check_device(device)
@@ -80,6 +85,7 @@ class Embedder:
         if weights.shape != (n,):
             raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
         self.mix = scalar_weights(weights, gamma)  # (L+1,): ScalarMix's arithmetic, fixed
+        self.allow_non_finite = allow_non_finite  # NaN/inf vectors: a warning instead of an error
         # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md); cache_words: their token layer precomputed
         self.engine = InferenceEngine.build(bilm, precision, cache_words, device)
 
@@ -274,11 +280,25 @@ class Embedder:
     def _batched(self, token_lists: list[list[str]], layers: Layers, pooling: str | None, batch_size: int | None,
                  progress: bool) -> Iterator[tuple[list[int], list[np.ndarray]]]:
         """(indices, arrays) of each forward pass, longest sentences first; the one batching every method shares,
-        so that ``embed``, ``encode`` and ``embed_padded`` give the same numbers."""
+        so that ``embed``, ``encode`` and ``embed_padded`` give the same numbers. A sentence over
+        ``MAX_TOKENS_PER_LINE`` tokens is refused before any work; NaN or infinite vectors are an error naming the
+        sentences (``allow_non_finite=True``: a warning)."""
+        long = next((i for i, tokens in enumerate(token_lists) if len(tokens) > MAX_TOKENS_PER_LINE), None)
+        if long is not None:
+            raise UsageError(f"sentence {long}: {len(token_lists[long]):,} tokens, above the limit of "
+                             f"{MAX_TOKENS_PER_LINE:,}; split it into sentences")
         batches = self.batches(token_lists, batch_size)
         with tqdm(total=len(token_lists), unit="sent", disable=not progress) as bar:
             for indices in batches:
-                yield indices, self.embed_tokens([token_lists[i] for i in indices], layers, pooling)
+                arrays = self.embed_tokens([token_lists[i] for i in indices], layers, pooling)
+                bad = [i for i, array in zip(indices, arrays) if not np.isfinite(array).all()]
+                if bad:
+                    message = (f"sentence{'s' if len(bad) > 1 else ''} {', '.join(map(str, sorted(bad)[:5]))}: NaN "
+                               f"or infinite vectors (the model's weights overflow float32 on them)")
+                    if not self.allow_non_finite:
+                        raise NonFiniteVectorsError(f"{message}; check the model, or pass allow_non_finite=True")
+                    logger.warning("%s; kept, as asked", message)
+                yield indices, arrays
                 bar.update(len(indices))
 
 

@@ -61,3 +61,20 @@ def test_allow_non_finite_keeps_them_with_a_warning(tmp_path, capsys, overflowin
     assert rc == 0 and "warning: " in err and "lines 1, 2: NaN or infinite vectors" in err
     with h5py.File(tmp_path / "out.hdf5") as f:
         assert not np.isfinite(f["0"][()]).all()
+
+
+def test_the_python_embedder_refuses_non_finite_vectors_and_overlong_sentences(overflowing_model, caplog):
+    """The same guards in the Python API: NaN/inf vectors an error naming the sentences (``allow_non_finite``: a
+    warning), a sentence over the token limit refused before any work."""
+    from elmo.embed import Embedder
+    from elmo.embed_file import NonFiniteVectorsError
+    from elmo.errors import UsageError
+    from elmo.limits import MAX_TOKENS_PER_LINE
+
+    with pytest.raises(NonFiniteVectorsError, match="sentences 0, 1: NaN or infinite vectors"):
+        Embedder.from_pretrained(overflowing_model).embed([["a", "b"], ["c"]])
+    kept = Embedder.from_pretrained(overflowing_model, allow_non_finite=True).embed([["a", "b"]])
+    assert not np.isfinite(kept[0]).all() and "NaN or infinite vectors" in caplog.text
+    fine = Embedder(random_bilm(small_config()))
+    with pytest.raises(UsageError, match="sentence 1: 100,001 tokens"):
+        fine.embed([["a"], ["w"] * (MAX_TOKENS_PER_LINE + 1)])
