@@ -4,6 +4,7 @@
 
 Text: the 1B Word Benchmark held-out dev set, vocabulary its 50,000 most frequent words + the 3 specials (bilm-tf's
 CPU benchmark used 50,000 IMDB words). tokens/s = rows x unroll_steps x batches / seconds, after warm-up batches.
+Beside bilm-tf's own trainer in the same run: ``python benchmarks/report.py --sections training``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from elmo.data.vocab import Vocabulary  # noqa: E402
 from elmo.training.config import TrainConfig  # noqa: E402
 from elmo.training.trainer import Trainer  # noqa: E402
 
-BILM_TF = {"tiny": 5600, "small-cpu": 560}  # docs/training.md §10: bilm-tf's own trainer on a 2-core CPU (median)
 
 
 def main() -> None:
@@ -37,8 +37,8 @@ def main() -> None:
     text = DATA / "en" / "1b-heldout" / "dev.tokens"
     vocab = Vocabulary.build((line.split() for line in text.open(encoding="utf-8")), max_size=50_003)
     print(f"threads {torch.get_num_threads()}, vocabulary {len(vocab):,}\n")
-    print("| preset | rows x steps | tokens/s | bilm-tf tokens/s | x bilm-tf | sampled loss (first -> last) |")
-    print("| --- | --- | ---: | ---: | ---: | --- |")
+    print("| preset | rows x steps | tokens/s | sampled loss (first -> last) |")
+    print("| --- | --- | ---: | --- |")
     for name in args.presets.split(","):
         config = TrainConfig.load(name).replace(max_steps=10**9, checkpoint_every=10**9)
         with tempfile.TemporaryDirectory() as out:
@@ -48,9 +48,8 @@ def main() -> None:
             losses += [trainer.train_step()["loss"] for _ in range(args.steps)]
             seconds = time.perf_counter() - start
         rate = config.batch_size * config.unroll_steps * args.steps / seconds
-        base = BILM_TF.get(name)
-        print(f"| {name} | {config.batch_size} x {config.unroll_steps} | {rate:,.0f} | {base or '-'} | "
-              f"{rate / base if base else float('nan'):.2f} | {losses[0]:.2f} -> {losses[-1]:.2f} |")
+        print(f"| {name} | {config.batch_size} x {config.unroll_steps} | {rate:,.0f} | "
+              f"{losses[0]:.2f} -> {losses[-1]:.2f} |")
     print(f"\npeak RSS {peak_rss_mb():,.0f} MB")
 
 
