@@ -34,7 +34,10 @@ class CharEncoder(nn.Module):
         super().__init__()
         self.config = config
         # row 0 is the "no character" id: zero, and kept zero in training (padding_idx)
-        self.char_embedding = nn.Embedding(config.n_characters, config.embedding_dim, padding_idx=0)
+        # its values are set by reset_parameters below (torch's own N(0, 1) start would be overwritten anyway, and on
+        # the meta device its normal_ alone imports torch._dynamo: over a second of start-up)
+        self.char_embedding = nn.Embedding(config.n_characters, config.embedding_dim, padding_idx=0,
+                                           _weight=torch.empty(config.n_characters, config.embedding_dim))
         self.convolutions = nn.ModuleList(nn.Conv1d(config.embedding_dim, num, width) for width, num in config.filters)
         self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.n_filters, output_dim)
@@ -44,6 +47,8 @@ class CharEncoder(nn.Module):
     def reset_parameters(self) -> None:
         """bilm-tf's initialisation: character embeddings U(-1, 1) (the padding row 0), CNN kernels U(-0.05, 0.05),
         highway and projection weights N(0, sqrt(1 / F)) with the highway gate's bias -2, other biases 0."""
+        if self.projection.weight.is_meta:  # a model whose weights come from a file: nothing to initialise
+            return
         n_filters = self.config.n_filters
         with torch.no_grad():
             self.char_embedding.weight.uniform_(-1.0, 1.0)

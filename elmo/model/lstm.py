@@ -52,7 +52,9 @@ class ProjectedLSTMLayer(nn.Module):
 
     def reset_parameters(self) -> None:
         """bilm-tf's initialisation (docs/training.md): kernels Glorot-uniform, biases 0 with TensorFlow's constant
-        +1 on the forget gate folded in."""
+        +1 on the forget gate folded in. Nothing to do on the meta device (a model whose weights come from a file)."""
+        if self.weight_ih.is_meta:
+            return
         with torch.no_grad():
             # TF's kernel is one (In + P, 4C) matrix: the Glorot bound uses its fan-in and fan-out
             bound = math.sqrt(6.0 / (self.input_size + self.proj_size + 4 * self.cell_size))
