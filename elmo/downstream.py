@@ -132,10 +132,13 @@ class Elmo(nn.Module):
         else:
             if self._engine is None or self._engine.device != char_ids.device:
                 self._engine = InferenceEngine.build(self.bilm, device=char_ids.device)
-            with torch.no_grad():
-                out = self._engine(char_ids)
-                out = BiLMOutput([t.clone() for t in out.layers], out.mask.clone(), out.token_vectors.clone(),
-                                 [t.clone() for t in out.forward_layers], [t.clone() for t in out.backward_layers])
+            out = self._engine(char_ids)
+            # inference-mode tensors cannot enter autograd (a trainable readout): normal copies of what is read
+            mixes = any(isinstance(r, ScalarMix) for r in self.readouts)
+            parts = not all(isinstance(r, ScalarMix) for r in self.readouts)
+            copy = lambda tensors, wanted: [t.clone() for t in tensors] if wanted else tensors
+            out = BiLMOutput(copy(out.layers, mixes), out.mask.clone(), out.token_vectors.clone(),
+                             copy(out.forward_layers, parts), copy(out.backward_layers, parts))
         representations = []
         for readout in self.readouts:
             if isinstance(readout, ScalarMix):

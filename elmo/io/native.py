@@ -74,10 +74,10 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
                              f"(this elmo reads {FORMAT_VERSION})")
     tokenizer = _stored_tokenizer(options, root)
     config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))  # every size within elmo.limits
-    check_tensor_headers(root / WEIGHTS_NAME, config)  # before the model is built or any tensor read
     with torch.device("meta"):  # no memory, no random initialisation: the file's tensors become the parameters
         model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = tokenizer
+    check_tensor_headers(root / WEIGHTS_NAME, model)  # before any tensor is read
     try:
         state = load_file(str(root / WEIGHTS_NAME))  # memory-mapped
     except (SafetensorError, OSError, ValueError) as err:
@@ -105,29 +105,35 @@ def _stored_tokenizer(options: dict, root: Path) -> str | None:
 _FLOAT_TYPES = ("F16", "BF16", "F32", "F64")
 
 
-def check_tensor_headers(path: Path, config: ElmoConfig) -> None:
-    """Every tensor a safetensors file declares (its header: names, shapes, types; no data read) is one the model
-    of ``config`` has, of its shape, floating-point where the model's is."""
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        expected = BiLM.from_config(config).state_dict()
+def check_tensor_headers(path: Path, model: torch.nn.Module) -> None:
+    """Every tensor a safetensors file declares (its header: names, shapes, types; no data read) is one ``model``
+    has (built on the meta device: shapes only), of its shape, floating-point where the model's is."""
+    expected = model.state_dict()
     try:
         with safe_open(str(path), framework="pt") as f:
             found = {name: (tuple(f.get_slice(name).get_shape()), f.get_slice(name).get_dtype()) for name in f.keys()}
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{path}: not a readable safetensors file ({err})") from None
-    missing = [k for k in expected if k not in found]
-    if missing:
-        raise ModelFileError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing in all)")
-    unexpected = [k for k in found if k not in expected]
-    if unexpected:
-        raise ModelFileError(f"{path}: unexpected tensor {unexpected[0]!r}; does config.json belong to it?")
-    for name, (shape, dtype) in found.items():
-        if shape != tuple(expected[name].shape):
-            raise ModelFileError(f"{path}: tensor {name!r} has shape {shape} where the config implies "
-                                 f"{tuple(expected[name].shape)}")
+    _check_names_and_shapes(expected, {name: shape for name, (shape, _) in found.items()}, str(path))
+    for name, (_, dtype) in found.items():
         if expected[name].is_floating_point() and dtype not in _FLOAT_TYPES:
             raise ModelFileError(f"{path}: tensor {name!r} holds {dtype} values where floating-point numbers are "
                                  f"expected; the file is damaged or not a model")
+
+
+def _check_names_and_shapes(expected: dict[str, torch.Tensor], found: dict[str, tuple[int, ...]],
+                            source: str) -> None:
+    """The same tensor names as the model's, each of its shape, or one line naming the first difference."""
+    missing = [k for k in expected if k not in found]
+    if missing:
+        raise ModelFileError(f"{source}: tensor {missing[0]!r} is missing ({len(missing)} missing in all)")
+    unexpected = [k for k in found if k not in expected]
+    if unexpected:
+        raise ModelFileError(f"{source}: unexpected tensor {unexpected[0]!r}; does config.json belong to it?")
+    for name, shape in found.items():
+        if tuple(shape) != tuple(expected[name].shape):
+            raise ModelFileError(f"{source}: tensor {name!r} has shape {tuple(shape)} where the config implies "
+                                 f"{tuple(expected[name].shape)}")
 
 
 def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str,
@@ -136,16 +142,8 @@ def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], so
     tensors become the parameters, in the model's dtype (a model built on the meta device), instead of being copied
     into them."""
     expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
-    if missing:
-        raise ModelFileError(f"{source}: tensor {missing[0]!r} is missing ({len(missing)} missing in all)")
-    unexpected = [k for k in state if k not in expected]
-    if unexpected:
-        raise ModelFileError(f"{source}: unexpected tensor {unexpected[0]!r}; does config.json belong to it?")
+    _check_names_and_shapes(expected, {name: tuple(value.shape) for name, value in state.items()}, source)
     for name, value in state.items():
-        if tuple(value.shape) != tuple(expected[name].shape):
-            raise ModelFileError(f"{source}: tensor {name!r} has shape {tuple(value.shape)} where the config "
-                                 f"implies {tuple(expected[name].shape)}")
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ModelFileError(f"{source}: tensor {name!r} holds NaN or infinite values")
     if assign:

@@ -33,7 +33,6 @@ from elmo.model.state import StateCarrier
 from elmo.model.token_cache import TokenCache, TokenMemo, build_token_cache
 
 PRECISIONS = {"fp32": (None, None), "bf16": (torch.bfloat16, torch.bfloat16), "int8": (None, torch.qint8)}
-PAIRED_MAX_ROWS = 2  # batches of at most this many rows run both directions in one loop (fp32 on the CPU)
 MEMO_WORDS = 32_768  # words whose token vectors an engine remembers (P floats each: 64 MB at P = 512)
 
 
@@ -73,38 +72,6 @@ class FrozenLayer:
     def __call__(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
         buffer = self.scratch.take if self.scratch is not None else None
         return run_layer(x, batch_sizes, state, self.products, self.bias, self.cell_clip, self.proj_clip, buffer)
-
-
-class PairedProduct:
-    """``x (n, 2, in) -> x W_d^T + add`` for both directions d at once: one batched product reads the two
-    directions' matrices together, so at one or a few rows (a matrix-vector product, bound by memory bandwidth)
-    both cores stream weights and each step costs half the calls."""
-
-    def __init__(self, forward: torch.Tensor, backward: torch.Tensor) -> None:
-        self.weight_t = torch.stack([forward.t(), backward.t()]).contiguous()  # (2, in, out)
-
-    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-        """x (n, 2, in), add (n, 2, out) or a bias (2, out) -> (n, 2, out); ``out`` is not used."""
-        rows = x.transpose(0, 1)  # (2, n, in)
-        if add is None:
-            return torch.bmm(rows, self.weight_t).transpose(0, 1)
-        add = add.unsqueeze(1) if add.dim() == 2 else add.transpose(0, 1)  # (2, 1 or n, out)
-        return torch.baddbmm(add, rows, self.weight_t).transpose(0, 1)  # (n, 2, out)
-
-
-class PairedLayer:
-    """Layer l of both directions as one layer over (B, T, 2, In) rows (float32 only)."""
-
-    def __init__(self, forward: ProjectedLSTMLayer, backward: ProjectedLSTMLayer, device: torch.device) -> None:
-        with torch.no_grad():
-            pair = lambda name: [getattr(layer, name).detach().to(device) for layer in (forward, backward)]
-            self.products = tuple(PairedProduct(*pair(name)) for name in ("weight_ih", "weight_hh", "weight_proj"))
-            self.bias = torch.stack(pair("bias"))  # (2, 4C)
-        self.cell_clip, self.proj_clip = forward.cell_clip, forward.proj_clip
-
-    def __call__(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
-        return run_layer(x, batch_sizes, state, self.products, self.bias, self.cell_clip, self.proj_clip)
 
 
 class InferenceEngine:
@@ -157,7 +124,6 @@ class InferenceEngine:
         self.layers = [[FrozenLayer(layer, lstm_dtype, self.device, self.scratch) for layer in stack.layers]
                        for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
         self.skip = [stack.use_skip_connections for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
-        self.paired: list[PairedLayer] | None = None  # made on the first small batch (PAIRED_MAX_ROWS)
         self.memo = TokenMemo(self.memo_words)
         self.token_cache: TokenCache | None = None
         if self.cache_words:
@@ -166,7 +132,7 @@ class InferenceEngine:
 
     def close(self) -> None:
         """Free what the engine holds (packed matrices, memo, buffers); ``rebuild()`` makes them again."""
-        self.layers, self.memo, self.token_cache, self.scratch, self.paired = [[], []], None, None, None, None
+        self.layers, self.memo, self.token_cache, self.scratch = [[], []], None, None, None
         self.carrier.reset()
 
     def forget_tokens(self) -> None:
@@ -194,18 +160,9 @@ class InferenceEngine:
 
     def _stacks(self, x_forward: torch.Tensor, x_backward: torch.Tensor, batch_sizes: list[int],
                 forward_states: list[State], backward_states: list[State]):
-        """Both directions' stacks: one after the other, or for a small fp32 batch on the CPU together."""
-        if batch_sizes[0] > PAIRED_MAX_ROWS or self.precision != "fp32" or self.device.type != "cpu":
-            return (self.run_stack(0, x_forward, batch_sizes, forward_states),
-                    self.run_stack(1, x_backward, batch_sizes, backward_states))
-        if self.paired is None:
-            self.paired = [PairedLayer(f, b, self.device)
-                           for f, b in zip(self.bilm.forward_stack.layers, self.bilm.backward_stack.layers)]
-        x = torch.stack([x_forward, x_backward], dim=2)  # (B, T, 2, P)
-        states = [(torch.stack([hf, hb], 1), torch.stack([cf, cb], 1))  # (B, 2, P), (B, 2, C)
-                  for (hf, cf), (hb, cb) in zip(forward_states, backward_states)]
-        outputs, finals = run_stack(self.paired, x, batch_sizes, states, self.skip[0])  # L x (B, T, 2, P)
-        return tuple(([out[:, :, d] for out in outputs], [(h[:, d], c[:, d]) for h, c in finals]) for d in (0, 1))
+        """Both directions' stacks, one after the other."""
+        return (self.run_stack(0, x_forward, batch_sizes, forward_states),
+                self.run_stack(1, x_backward, batch_sizes, backward_states))
 
     def _encode(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(N, W) -> (N, P): each distinct token once, cached or remembered words looked up, the others computed."""

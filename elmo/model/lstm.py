@@ -103,8 +103,7 @@ def run_layer(x: torch.Tensor, batch_sizes: list[int], state: State,
 
     ``products``: the multipliers by W_ih^T (In -> 4C), W_hh^T (P -> 4C) and W_proj^T (C -> P). ``buffer(rows,
     cols, like)``: a reusable output buffer for the input projections (inference), or None for fresh tensors.
-    Without gradients the steps run in place (``lstm_step(in_place=True)``). Rows may carry a trailing axis before
-    the features (x (B, T, 2, In), h (B, 2, P), c (B, 2, C)): an engine's two directions in one loop.
+    Without gradients the steps run in place (``lstm_step(in_place=True)``).
     """
     input_product, recurrent_product, projection = products
     h, c = state
@@ -142,8 +141,7 @@ def run_layer(x: torch.Tensor, batch_sizes: list[int], state: State,
 
 
 def pad_steps(steps: list[torch.Tensor], batch: int, length: int) -> torch.Tensor:
-    """Per-step outputs (n_t, P), n_t non-increasing -> (B, T, P), zeros where a row had ended (any trailing axes:
-    (n_t, 2, P) -> (B, T, 2, P)).
+    """Per-step outputs (n_t, P), n_t non-increasing -> (B, T, P), zeros where a row had ended.
 
     Stacking is one copy (and autograd-friendly); writing step by step into a buffer would make autograd copy
     the whole buffer once per step in the backward pass.
