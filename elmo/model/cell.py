@@ -20,16 +20,21 @@ import torch
 
 
 class StepRecord(NamedTuple):
-    """Views of one step's rows that ``lstm_step`` writes its intermediates into, for a hand-written backward.
+    """Views of one step's rows that ``lstm_step`` writes its results and intermediates into, for a hand-written
+    backward pass.
 
-    With a record the step must run ``in_place``: ``z`` is then the record's gates view (i, f, g, o activated).
+    With a record the step must run ``in_place``: ``z`` is then the record's gates view (i, f, g, o activated), and
+    ``project`` must write m W_proj^T into ``output_raw`` (or into ``output`` without a projection clip). The values
+    before each clip are kept instead of masks: the backward pass finds where a clip passed the gradient (the value
+    was inside [-clip, clip], bounds included) from them in one operation over all steps.
     """
 
+    memory_raw: torch.Tensor | None  # (n, C) c before its clip (None: no cell clip)
     memory: torch.Tensor  # (n, C) c after its clip
     tanh_memory: torch.Tensor  # (n, C) tanh(c)
     hidden: torch.Tensor  # (n, C) m = o * tanh(c)
-    cell_inside: torch.Tensor | None  # (n, C) bool: c was inside [-cell_clip, cell_clip] (clamp passes the gradient)
-    proj_inside: torch.Tensor | None  # (n, P) bool: likewise for r and proj_clip
+    output_raw: torch.Tensor | None  # (n, P) m W_proj^T before its clip (None: no projection clip)
+    output: torch.Tensor  # (n, P) r after its clip
 
 
 def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Tensor], torch.Tensor],
@@ -52,15 +57,17 @@ def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Te
         z_i, z_f, z_g, z_o = z.chunk(4, dim=-1)
         i, f, g, o = torch.sigmoid(z_i), torch.sigmoid(z_f), torch.tanh(z_g), torch.sigmoid(z_o)
     # c = clip(f * c_prev + i * g)                                              (n, C)
-    if in_place:
-        c = torch.mul(f, c_prev, out=record.memory) if record is not None else torch.mul(f, c_prev)
-        c.addcmul_(i, g)
+    if record is not None:
+        c = torch.mul(f, c_prev, out=record.memory_raw if cell_clip else record.memory).addcmul_(i, g)
+    elif in_place:
+        c = torch.mul(f, c_prev).addcmul_(i, g)
     else:
         c = f * c_prev + i * g
     if cell_clip:
         if record is not None:
-            torch.logical_and(c >= -cell_clip, c <= cell_clip, out=record.cell_inside)
-        c = c.clamp_(-cell_clip, cell_clip) if in_place else c.clamp(-cell_clip, cell_clip)
+            c = torch.clamp(c, -cell_clip, cell_clip, out=record.memory)
+        else:
+            c = c.clamp_(-cell_clip, cell_clip) if in_place else c.clamp(-cell_clip, cell_clip)
     # m = o * tanh(c)                                                           (n, C)
     if record is not None:
         m = torch.mul(torch.tanh(c, out=record.tanh_memory), o, out=record.hidden)
@@ -72,6 +79,7 @@ def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Te
     r = project(m)
     if proj_clip:
         if record is not None:
-            torch.logical_and(r >= -proj_clip, r <= proj_clip, out=record.proj_inside)
-        r = r.clamp_(-proj_clip, proj_clip) if in_place else r.clamp(-proj_clip, proj_clip)
+            r = torch.clamp(r, -proj_clip, proj_clip, out=record.output)
+        else:
+            r = r.clamp_(-proj_clip, proj_clip) if in_place else r.clamp(-proj_clip, proj_clip)
     return r, c
