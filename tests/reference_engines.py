@@ -3,8 +3,9 @@ step (``elmo.model.cell.lstm_step``), so they check it independently.
 
 - ``reference_layer_forward``: one layer, the plain per-step, per-row-masked computation of docs/format.md §4.3, its
   step's arithmetic written out here.
-- ``reference_forward``: the slow, obvious forward pass, the way AllenNLP computes it: the character CNN over all W
-  slots of every slot (padding included, masked afterwards), and each LSTM layer one time step at a time over the
+- ``reference_char_encoder``: the character CNN with one ``conv1d`` per filter over all W slots of every token.
+- ``reference_forward``: the slow, obvious forward pass, the way AllenNLP computes it: ``reference_char_encoder``
+  over every slot (padding included, masked afterwards), and each LSTM layer one time step at a time over the
   whole batch with masked state updates, rows in the caller's order. Every fast path is measured against it.
 - ``use_fused_lstm``: ``torch.nn.LSTM(proj_size=...)`` in place of the layers. PyTorch's LSTM cannot clip the cell or
   the projection, so it computes ELMo exactly only when ``cell_clip`` and ``proj_clip`` are null (or never reached);
@@ -16,12 +17,14 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from elmo.data.chars import add_sentence_boundaries
 from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, _gather_time, reverse_index
+from elmo.model.char_cnn import CharEncoder
 from elmo.model.lstm import LSTMStack, ProjectedLSTMLayer, State
 from elmo.model.state import zero_state
 
@@ -63,13 +66,25 @@ def _reference_stack(stack: LSTMStack, x: torch.Tensor, lengths: torch.Tensor, h
     return outputs, finals
 
 
+def reference_char_encoder(encoder: CharEncoder, char_ids: torch.Tensor) -> torch.Tensor:
+    """(N, W) ids -> (N, P) as docs/format.md §4.2 says: one convolution per filter over all W slots, max-pooled,
+    activated, then the highway layers and the projection of ``encoder`` (differentiable: gradients reach it)."""
+    x = encoder.char_embedding(char_ids).transpose(1, 2)  # (N, E, W)
+    features = torch.cat([F.conv1d(x, conv.weight, conv.bias).amax(dim=-1) for conv in encoder.convolutions], -1)
+    x = torch.tanh(features) if encoder.config.activation == "tanh" else torch.relu(features)  # (N, F)
+    for highway in encoder.highways:
+        g = torch.sigmoid(highway.gate(x))
+        x = g * torch.relu(highway.transform(x)) + (1 - g) * x
+    return encoder.projection(x)
+
+
 @torch.no_grad()
 def reference_forward(bilm: BiLM, char_ids: torch.Tensor) -> BiLMOutput:
     """Same contract as ``BiLM.forward`` (stateful mode included), computed the slow, obvious way."""
     ids, lengths = add_sentence_boundaries(char_ids)  # (B, T+2, W), (B,)
     batch, steps, width = ids.shape
     mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
-    tokens = bilm.char_encoder(ids.view(-1, width), trim=False).view(batch, steps, -1)  # (B, T+2, P), all slots
+    tokens = reference_char_encoder(bilm.char_encoder, ids.view(-1, width)).view(batch, steps, -1)  # (B, T+2, P), all slots
     tokens = tokens * mask.unsqueeze(-1)
     l = bilm.config.lstm
     h0, c0 = (bilm._carrier.initial(batch, l.projection_dim, l.dim, l.n_layers, tokens) if bilm.stateful

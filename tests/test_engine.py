@@ -68,8 +68,8 @@ def test_an_engine_is_a_snapshot_and_rebuild_reads_the_new_weights():
         expected = bilm(ids).layers
     got = engine(ids).layers
     assert not torch.allclose(before[-1], expected[-1], atol=1e-3)  # the step did change the model
-    for a, b in zip(expected, got):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(expected, got):  # values reach ~100 after the step: float32 rounding is relative
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-5)
 
 
 def test_a_closed_engine_holds_nothing_and_says_so():

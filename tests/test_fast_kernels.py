@@ -9,6 +9,7 @@ from elmo.data.chars import batch_to_ids
 from elmo.model import packed
 from elmo.model.packed import RightMultiplier
 from elmo.model.token_cache import TokenMemo
+from tests.reference_engines import reference_char_encoder
 
 
 LIBRARIES = {"onednn": packed.onednn_packing_available, "mkl": packed.mkl_packing_available}
@@ -108,21 +109,22 @@ def test_memo_follows_the_weights(fixture_model):
 
 def test_length_groups_keep_every_token_exact(fixture_model):
     """Tokens of very different lengths (1 byte, multibyte Korean, a word cut at 50 slots) encoded in length
-    groups, each over its own trimmed character axis, equal the encoder over all 50 slots: values and gradients."""
+    groups, each over its own trimmed character axis, with all filters as one product, equal one convolution per
+    filter over all 50 slots: values and gradients."""
     from elmo.model.char_cnn import CharEncoder, length_groups
 
-    words = ["a", "of", "bank", "은행에서", "internationalisation", "x" * 60, "riverbanks", "I", "."]
-    ids = batch_to_ids([words])[0]  # (9, 50)
+    words = ["a", "of", "bank", "은행에서", "internationalisation", "x" * 60, "riverbanks", "I", "."] * 8
+    ids = batch_to_ids([words])[0]  # (72, 50)
     groups = length_groups(ids, 7)
-    assert len(groups) >= 3 and sorted(torch.cat([rows for rows, _ in groups]).tolist()) == list(range(9))
+    assert len(groups) >= 3 and sorted(torch.cat([rows for rows, _ in groups]).tolist()) == list(range(72))
     assert max(width for _, width in groups) == 50 and min(width for _, width in groups) <= 12
     torch.manual_seed(0)
     encoder = CharEncoder(fixture_model.char_encoder.config, 8).double()
     grads = []
-    for trim in (True, False):
+    for run in (encoder, lambda ids: reference_char_encoder(encoder, ids)):
         encoder.zero_grad()
-        out = encoder(ids, trim=trim)  # (9, 8)
-        (out * torch.arange(72, dtype=torch.float64).view(9, 8)).sum().backward()
+        out = run(ids)  # (72, 8)
+        (out * torch.arange(72 * 8, dtype=torch.float64).view(72, 8)).sum().backward()
         grads.append((out.detach(), [p.grad.clone() for p in encoder.parameters()]))
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-12)
     for grouped, whole in zip(grads[0][1], grads[1][1]):

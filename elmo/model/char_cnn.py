@@ -76,35 +76,83 @@ class CharEncoder(nn.Module):
         """
         if char_ids.shape[0] < 2:
             return self(char_ids)
-        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # (U, W), (N,)
+        unique, inverse = unique_rows(char_ids)  # (U, W), (N,)
         return self(unique)[inverse]  # (N, P)
 
-    def forward(self, char_ids: torch.Tensor, trim: bool = True) -> torch.Tensor:
-        """(N, W) ids of N real tokens -> (N, P) token vectors (``trim=False``: all W slots, the slow reference)."""
-        if not trim:
-            features = self._max_pooled(char_ids)
-        else:  # short words are most words: each length group runs over its own trimmed character axis
-            groups = length_groups(char_ids, self.config.max_filter_width)
-            if len(groups) == 1:
-                features = self._max_pooled(char_ids[:, : groups[0][1]])
-            else:
-                order = torch.cat([rows for rows, _ in groups])  # (N,) tokens grouped by length
-                parts = [self._max_pooled(char_ids[rows, :width]) for rows, width in groups]
-                features = torch.cat(parts)[torch.argsort(order)]  # (N, F) back in the callers' order
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(N, W) ids of N real tokens -> (N, P) token vectors.
+
+        Short words are most words: tokens are grouped by length, and each group runs over its own trimmed
+        character axis (``length_groups``), with the same values as over all W slots.
+        """
+        kernel, bias = self._kernel()
+        groups = length_groups(char_ids, self.config.max_filter_width)
+        if len(groups) == 1:
+            features = self._max_pooled(char_ids[:, : groups[0][1]], kernel, bias)  # (N, F)
+        else:
+            order = torch.cat([rows for rows, _ in groups])  # (N,) tokens grouped by length
+            parts = [self._max_pooled(char_ids[rows, :width], kernel, bias) for rows, width in groups]
+            features = torch.cat(parts)[torch.argsort(order)]  # (N, F) back in the callers' order
         x = self._activation(features)  # (N, F)
         for highway in self.highways:
             x = highway(x)  # (N, F)
         return self.projection(x)  # (N, P)
 
-    def _max_pooled(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def _kernel(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All convolutions as one matrix over a window of the widest filter's width: (K E, F) and the biases (F,).
+
+        Window slot k, embedding component e is row k E + e; a filter narrower than K has zero rows past its width.
+        """
+        widest = self.config.max_filter_width
+        columns = [F.pad(conv.weight.permute(2, 1, 0).reshape(-1, conv.out_channels),  # (w E, n) -> (K E, n)
+                         (0, 0, 0, (widest - conv.kernel_size[0]) * conv.in_channels))
+                   for conv in self.convolutions]
+        return torch.cat(columns, dim=1), torch.cat([conv.bias for conv in self.convolutions])
+
+    def _max_pooled(self, char_ids: torch.Tensor, kernel: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """(N, W') ids -> (N, F) convolution features, max-pooled over positions (before the activation: the two
-        commute because the activation is monotone)."""
-        x = self.char_embedding(char_ids).transpose(1, 2)  # (N, E, W')
-        # max, not amax: its backward scatters into the arg-max slots instead of comparing whole conv outputs
-        return torch.cat([conv(x).max(dim=-1).values for conv in self.convolutions], dim=-1)  # (N, F)
+        commute because the activation is monotone).
+
+        Every convolution is one matrix product over all windows of the widest filter's width K. A filter of width w
+        also has windows at the last K - w positions; when every token ends in at least K slots of padding (what
+        ``length_groups`` keeps, unless a token fills all W slots) those windows lie wholly in the padding, whose
+        value an earlier window already gives, so they are left out. Otherwise the axis is extended by K - 1 zero
+        slots and each filter's windows past its own last position are masked out of the max.
+        """
+        widest = self.config.max_filter_width
+        x = self.char_embedding(char_ids)  # (N, W', E)
+        width = x.shape[1]
+        exact_tail = width == self.config.max_characters_per_token  # a token may end without K slots of padding
+        if exact_tail:
+            x = F.pad(x, (0, 0, 0, widest - 1))  # (N, W' + K - 1, E)
+        windows = x.unfold(1, widest, 1).transpose(2, 3)  # (N, positions, K, E)
+        positions = windows.shape[1]
+        out = torch.addmm(bias, windows.reshape(-1, kernel.shape[0]), kernel).view(-1, positions, kernel.shape[1])
+        if exact_tail:  # (N, W', F): filter j's position p exists iff p + width_j <= W'
+            last = torch.cat([torch.full((conv.out_channels,), width - conv.kernel_size[0])
+                              for conv in self.convolutions]).to(out.device)  # (F,)
+            outside = torch.arange(positions, device=out.device).unsqueeze(1) > last  # (W', F)
+            out = out.masked_fill(outside, float("-inf"))
+        # max, not amax: its backward scatters into the arg-max slots instead of comparing whole outputs
+        return out.max(dim=1).values  # (N, F)
+
+
+def unique_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of a (N, W) id matrix and where each row went: (U, W), inverse (N,) with
+    ``unique[inverse] == ids``. On the CPU the rows are compared as bytes by NumPy (``torch.unique(dim=0)`` compares
+    them row by row, several times slower); elsewhere ``torch.unique``."""
+    if ids.device.type != "cpu" or ids.shape[0] == 0:
+        return torch.unique(ids, dim=0, return_inverse=True)
+    import numpy as np  # the package's own dependency; imported here to keep it off the import path
+
+    rows = np.ascontiguousarray(ids.numpy())
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()  # one opaque key per row
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return ids[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
 
 
 LENGTH_GROUP_STEP = 4  # character slots: tokens whose trimmed widths round up to the same multiple share a group
+MIN_GROUP_ROWS = 16  # a smaller group joins the next wider one: one more product costs more than its padding
 
 
 def length_groups(char_ids: torch.Tensor, max_filter_width: int) -> list[tuple[torch.Tensor, int]]:
@@ -124,8 +172,13 @@ def length_groups(char_ids: torch.Tensor, max_filter_width: int) -> list[tuple[t
     if int(needed.max()) - int(needed.min()) < LENGTH_GROUP_STEP:
         return [(torch.arange(n, device=char_ids.device), int(needed.max()))]
     keys = torch.div(needed + LENGTH_GROUP_STEP - 1, LENGTH_GROUP_STEP, rounding_mode="floor")  # (N,)
-    groups = []
-    for key in torch.unique(keys).tolist():
-        rows = torch.nonzero(keys == key).squeeze(1)
-        groups.append((rows, int(needed[rows].max())))
+    order = torch.argsort(keys, stable=True)  # (N,) tokens by group
+    counts = torch.unique_consecutive(keys[order], return_counts=True)[1]
+    groups, start, pending = [], 0, 0
+    for count in counts.tolist():  # narrowest first; a small group waits for the next, wider one
+        pending += count
+        if pending >= MIN_GROUP_ROWS or start + pending == n:
+            rows = order[start : start + pending]
+            groups.append((rows, int(needed[rows].max())))
+            start, pending = start + pending, 0
     return groups

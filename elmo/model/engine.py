@@ -26,7 +26,7 @@ from elmo.config import ElmoConfig
 from elmo.devices import check_device
 from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
-from elmo.model.char_cnn import CharEncoder
+from elmo.model.char_cnn import CharEncoder, unique_rows
 from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
 from elmo.model.packed import right_multiplier
 from elmo.model.state import StateCarrier
@@ -168,7 +168,7 @@ class InferenceEngine:
         """(N, W) -> (N, P): each distinct token once, cached or remembered words looked up, the others computed."""
         if char_ids.shape[0] == 0:
             return self._encode_computed(char_ids)  # (0, P)
-        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # (U, W), (N,)
+        unique, inverse = unique_rows(char_ids)  # (U, W), (N,)
         if self.token_cache is None:
             return self.memo.encode(unique, self._encode_computed)[inverse]
         found, index = self.token_cache.lookup(unique)  # (U,), (U,)
