@@ -97,7 +97,7 @@ def test_hand_written_backward_equals_autograd_through_the_step(clip):
     weight_hh = (2 * torch.randn(4 * cells, proj, dtype=torch.float64)).requires_grad_()
     weight_proj = (2 * torch.randn(proj, cells, dtype=torch.float64)).requires_grad_()
     inputs = (projected, h0, c0, weight_hh, weight_proj)
-    ours = LayerSequence.apply(*inputs, sizes, clip, clip)
+    ours = _one_layer(*inputs, sizes, clip, clip)
     plain = _autograd_sequence(*inputs, sizes, clip, clip)
     weights = [torch.randn_like(t) for t in plain]
     grads = [torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, run)), inputs) for run in (ours, plain)]
@@ -108,7 +108,36 @@ def test_hand_written_backward_equals_autograd_through_the_step(clip):
     if clip:
         assert float(ours[0].detach().abs().max()) == pytest.approx(clip)
         assert float(ours[2].detach().abs().max()) == pytest.approx(clip)
-    assert torch.autograd.gradcheck(lambda *args: LayerSequence.apply(*args, sizes, clip, clip), inputs)
+    assert torch.autograd.gradcheck(lambda *args: _one_layer(*args, sizes, clip, clip), inputs)
+
+
+def _one_layer(projected, h0, c0, weight_hh, weight_proj, sizes, cell_clip, proj_clip):
+    """LayerSequence over one layer (D = 1)."""
+    out, h, c = LayerSequence.apply(projected[None], h0[None], c0[None], weight_hh[None], weight_proj[None], sizes,
+                                    cell_clip, proj_clip)
+    return out[0], h[0], c[0]
+
+
+@pytest.mark.parametrize("sizes", [[4, 4, 4], [4, 3, 3, 1]])
+def test_layers_side_by_side_equal_each_layer_alone(sizes):
+    """Two layers with their own weights and inputs in one LayerSequence (D = 2, as training runs the two
+    directions) give each layer's values and gradients of running it alone."""
+    torch.manual_seed(5)
+    cells, proj = 6, 3
+    pairs = [[(s * torch.randn(*shape, dtype=torch.float64)).requires_grad_() for _ in range(2)]
+             for s, shape in ((3, (sum(sizes), 4 * cells)), (1, (4, proj)), (1, (4, cells)), (2, (4 * cells, proj)),
+                              (2, (proj, cells)))]
+    together = LayerSequence.apply(*(torch.stack(pair) for pair in pairs), sizes, 0.7, 0.7)
+    weights = [torch.randn_like(t) for t in together]
+    grads = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, together)), [t for p in pairs for t in p])
+    for d in range(2):
+        alone = _one_layer(*(pair[d] for pair in pairs), sizes, 0.7, 0.7)
+        for a, b in zip(together, alone):
+            assert torch.allclose(a[d], b, atol=1e-13)
+        alone_grads = torch.autograd.grad(sum((w[d] * t).sum() for w, t in zip(weights, alone)),
+                                          [pair[d] for pair in pairs])
+        for a, b in zip(grads[d::2], alone_grads):
+            assert torch.allclose(a, b, atol=1e-12)
 
 
 @pytest.mark.parametrize("clip", [None, 0.7])

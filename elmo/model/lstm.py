@@ -81,11 +81,50 @@ class ProjectedLSTMLayer(nn.Module):
             h, c = state
             packed = packed_positions(x, batch_sizes)  # (N, In)
             projected = torch.addmm(self.bias, packed, self.weight_ih.t())  # (N, 4C) all steps at once
-            out, h, c = LayerSequence.apply(projected, h, c, self.weight_hh, self.weight_proj, batch_sizes,
-                                            self.cell_clip, self.proj_clip)
-            return pad_steps(list(out.split(batch_sizes)), x.shape[0], x.shape[1]), (h, c)
+            out, h, c = LayerSequence.apply(projected[None], h[None], c[None], self.weight_hh[None],
+                                            self.weight_proj[None], batch_sizes, self.cell_clip, self.proj_clip)
+            return pad_steps(list(out[0].split(batch_sizes)), x.shape[0], x.shape[1]), (h[0], c[0])
         products = tuple(AutogradRightMultiplier(p) for p in (self.weight_ih, self.weight_hh, self.weight_proj))
         return run_layer(x, batch_sizes, state, products, self.bias, self.cell_clip, self.proj_clip)
+
+
+class LayersSideBySide:
+    """The same layer of several stacks (one per direction) run as one, in the packed layout: a layer of
+    ``run_stack`` for training, where both directions' windows have the same shape.
+
+    ``(x (D, N, In), batch_sizes, (h (D, B, P), c (D, B, C))) -> (outputs (D, N, P), (h, c))``, where ``x[d]`` is
+    direction d's positions time-major (step t's rows a contiguous slice of ``batch_sizes[t]`` rows). The input
+    products of all steps are one batched product; the time loop is one ``LayerSequence`` over the D layers.
+    Under autocast (mixed-precision training) each layer runs its own step-by-step autograd path instead.
+    """
+
+    def __init__(self, layers: Sequence[ProjectedLSTMLayer]) -> None:
+        self.layers = list(layers)
+
+    def __call__(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
+        if torch.is_autocast_enabled(x.device.type):
+            return self._one_by_one(x, batch_sizes, state)
+        first = self.layers[0]
+        weight_ih = torch.stack([layer.weight_ih for layer in self.layers])  # (D, 4C, In)
+        bias = torch.stack([layer.bias for layer in self.layers]).unsqueeze(1)  # (D, 1, 4C)
+        projected = torch.baddbmm(bias, x, weight_ih.transpose(1, 2))  # (D, N, 4C) all steps at once
+        out, h, c = LayerSequence.apply(projected, *state, torch.stack([layer.weight_hh for layer in self.layers]),
+                                        torch.stack([layer.weight_proj for layer in self.layers]), batch_sizes,
+                                        first.cell_clip, first.proj_clip)
+        return out, (h, c)
+
+    def _one_by_one(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
+        """Each layer on its own (B, T, In) view of full windows (every step runs all B rows)."""
+        batch, steps = batch_sizes[0], len(batch_sizes)
+        if any(n != batch for n in batch_sizes):
+            raise ValueError("layers side by side under autocast need full windows (every step runs every row)")
+        outs, hs, cs = [], [], []
+        for d, layer in enumerate(self.layers):
+            out, (h, c) = layer(x[d].view(steps, batch, -1).transpose(0, 1), batch_sizes, (state[0][d], state[1][d]))
+            outs.append(out.transpose(0, 1).reshape(steps * batch, -1))  # (N, P) time-major
+            hs.append(h)
+            cs.append(c)
+        return torch.stack(outs), (torch.stack(hs), torch.stack(cs))
 
 
 def packed_positions(x: torch.Tensor, batch_sizes: list[int]) -> torch.Tensor:

@@ -22,40 +22,48 @@ from elmo.model.cell import StepRecord, lstm_step
 
 
 class LayerSequence(torch.autograd.Function):
-    """(projected (N, 4C), h0 (B, P), c0 (B, C), W_hh (4C, P), W_proj (P, C)) -> (outputs (N, P), h (B, P), c (B, C)).
+    """D layers' time loops (one per direction) advanced together, step by step::
 
-    ``projected`` holds x_t W_ih^T + bias of the running rows of every step, step after step; ``batch_sizes[t]``
-    rows (a prefix, rows sorted longest first) run at step t. Rows past the end keep their last state.
+        projected (D, N, 4C), h0 (D, B, P), c0 (D, B, C), W_hh (D, 4C, P), W_proj (D, P, C)
+            -> outputs (D, N, P), h (D, B, P), c (D, B, C)
+
+    ``projected[d]`` holds x_t W_ih^T + bias of layer d's running rows of every step, step after step;
+    ``batch_sizes[t]`` rows (a prefix, rows sorted longest first) run at step t in every layer. Rows past the end keep
+    their last state. Each step runs the D layers' matrix products one by one and their element-wise arithmetic
+    (``lstm_step``) once over all D: at training sizes a step's cost is mostly per operation, not per number.
 
     Each step reads its previous state straight from the previous step's rows of the buffers (a prefix of them), so
     the forward loop copies nothing; the backward loop multiplies by factors computed for all steps at once, so a
-    step is two matrix products and five element-wise operations.
+    step is two matrix products per layer and five element-wise operations.
     """
 
     @staticmethod
     def forward(ctx, projected: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, weight_hh: torch.Tensor,
                 weight_proj: torch.Tensor, batch_sizes: list[int], cell_clip: float | None,
                 proj_clip: float | None):
-        total, cells = projected.shape[0], weight_proj.shape[1]
-        hh_t, proj_t = weight_hh.t().contiguous(), weight_proj.t().contiguous()  # (P, 4C), (C, P)
-        gates = torch.empty_like(projected)  # (N, 4C) i, f, o after sigmoid, g after tanh
-        memory = projected.new_empty(total, cells)  # c_t after its clip
-        memory_raw = projected.new_empty(total, cells) if cell_clip else None  # c_t before it
-        tanh_memory = projected.new_empty(total, cells)
-        hidden = projected.new_empty(total, cells)  # m_t = o * tanh(c_t)
-        outputs = projected.new_empty(total, weight_proj.shape[0])  # r_t after its clip
+        layers, total = projected.shape[:2]
+        cells, proj = weight_proj.shape[2], weight_proj.shape[1]
+        hh_t, proj_t = weight_hh.transpose(1, 2).contiguous(), weight_proj.transpose(1, 2).contiguous()  # (D, P, 4C), (D, C, P)
+        gates = torch.empty_like(projected)  # (D, N, 4C) i, f, o after sigmoid, g after tanh
+        memory = projected.new_empty(layers, total, cells)  # c_t after its clip
+        memory_raw = torch.empty_like(memory) if cell_clip else None  # c_t before it
+        tanh_memory = torch.empty_like(memory)
+        hidden = torch.empty_like(memory)  # m_t = o * tanh(c_t)
+        outputs = projected.new_empty(layers, total, proj)  # r_t after its clip
         outputs_raw = torch.empty_like(outputs) if proj_clip else None  # r_t before it
         starts = _starts(batch_sizes)  # step t's rows are starts[t] : starts[t] + batch_sizes[t]
         for t, n in enumerate(batch_sizes):
             rows = slice(starts[t], starts[t] + n)
             before = slice(starts[t - 1], starts[t - 1] + n) if t else None  # this step's rows one step earlier
-            h_prev, c_prev = (outputs[before], memory[before]) if t else (h0[:n], c0[:n])  # (n, P), (n, C)
-            z = torch.addmm(projected[rows], h_prev, hh_t, out=gates[rows])  # (n, 4C), activated in place below
-            raw = outputs_raw[rows] if proj_clip else outputs[rows]
-            record = StepRecord(memory_raw[rows] if cell_clip else None, memory[rows], tanh_memory[rows],
-                                hidden[rows], outputs_raw[rows] if proj_clip else None, outputs[rows])
-            lstm_step(z, c_prev, lambda m, out=raw: torch.mm(m, proj_t, out=out),  # (n, P)
-                      cell_clip, proj_clip, in_place=True, record=record)
+            h_prev, c_prev = (outputs[:, before], memory[:, before]) if t else (h0[:, :n], c0[:, :n])  # (D, n, ·)
+            z = gates[:, rows]  # (D, n, 4C), activated in place by lstm_step
+            for d in range(layers):
+                torch.addmm(projected[d, rows], h_prev[d], hh_t[d], out=z[d])
+            raw = (outputs_raw if proj_clip else outputs)[:, rows]  # (D, n, P)
+            record = StepRecord(memory_raw[:, rows] if cell_clip else None, memory[:, rows], tanh_memory[:, rows],
+                                hidden[:, rows], raw if proj_clip else None, outputs[:, rows])
+            lstm_step(z, c_prev, lambda m, out=raw: _each(torch.mm, m, proj_t, out), cell_clip, proj_clip,
+                      in_place=True, record=record)
         h, c = _final_states(h0, c0, outputs, memory, batch_sizes, starts)
         ctx.batch_sizes, ctx.starts, ctx.clips = batch_sizes, starts, (cell_clip, proj_clip)
         ctx.save_for_backward(h0, c0, weight_hh, weight_proj, gates, memory, memory_raw, tanh_memory, hidden,
@@ -68,46 +76,59 @@ class LayerSequence(torch.autograd.Function):
          outputs_raw) = ctx.saved_tensors
         batch_sizes, starts = ctx.batch_sizes, ctx.starts
         cell_clip, proj_clip = ctx.clips
-        batch, cells = h0.shape[0], memory.shape[1]
-        dh = torch.zeros_like(h0) if grad_h is None else grad_h.clone()  # (B, P) gradient of each row's state
-        dc = torch.zeros_like(c0) if grad_c is None else grad_c.clone()  # (B, C)
+        layers, batch, cells = h0.shape[0], h0.shape[1], memory.shape[2]
+        dh = torch.zeros_like(h0) if grad_h is None else grad_h.clone()  # (D, B, P) gradient of each row's state
+        dc = torch.zeros_like(c0) if grad_c is None else grad_c.clone()  # (D, B, C)
         if grad_outputs is None:
             grad_outputs = torch.zeros_like(outputs)
         # factors of every step at once (d/dz of the activations, the clips' masks), so each step only multiplies
-        i, f, g, o = gates.chunk(4, dim=1)  # (N, C) each
-        previous_c = _previous(c0, memory, batch_sizes, starts)  # (N, C) every step's c_{t-1}
+        i, f, g, o = gates.chunk(4, dim=-1)  # (D, N, C) each
+        previous_c = _previous(c0, memory, batch_sizes, starts)  # (D, N, C) every step's c_{t-1}
         into_o = tanh_memory * o * (1 - o)  # dm -> dz_o
         into_cell = o * (1 - tanh_memory * tanh_memory)  # dm -> dc_t (before the cell clip's mask)
-        into_ifg = torch.stack([g * i * (1 - i), previous_c * f * (1 - f), i * (1 - g * g)], dim=1)  # (N, 3, C)
+        into_ifg = torch.stack([g * i * (1 - i), previous_c * f * (1 - f), i * (1 - g * g)], dim=2)  # (D, N, 3, C)
         del previous_c
-        cell_pass = memory_raw.abs().le(cell_clip).to(memory.dtype) if cell_clip else None  # (N, C) 1 inside
-        proj_pass = outputs_raw.abs().le(proj_clip).to(outputs.dtype) if proj_clip else None  # (N, P)
+        cell_pass = memory_raw.abs().le(cell_clip).to(memory.dtype) if cell_clip else None  # (D, N, C) 1 inside
+        proj_pass = outputs_raw.abs().le(proj_clip).to(outputs.dtype) if proj_clip else None  # (D, N, P)
         if proj_pass is not None:
             grad_outputs = grad_outputs * proj_pass
-        dz_all = torch.empty_like(gates)  # (N, 4C)
-        dr_all = torch.empty_like(outputs)  # (N, P) after the projection clip's mask
+        dz_all = torch.empty_like(gates)  # (D, N, 4C)
+        dr_all = torch.empty_like(outputs)  # (D, N, P) after the projection clip's mask
+        dm = memory.new_empty(layers, batch, cells)  # (D, B, C) one step's gradient of m
         for t in range(len(batch_sizes) - 1, -1, -1):
             n = batch_sizes[t]
             rows = slice(starts[t], starts[t] + n)
-            dh_n, dc_n = (dh, dc) if n == batch else (dh[:n], dc[:n])
+            dh_n, dc_n = (dh, dc) if n == batch else (dh[:, :n], dc[:, :n])
             if proj_pass is None:
-                dr = torch.add(grad_outputs[rows], dh_n, out=dr_all[rows])  # (n, P)
+                dr = torch.add(grad_outputs[:, rows], dh_n, out=dr_all[:, rows])  # (D, n, P)
             else:
-                dr = torch.addcmul(grad_outputs[rows], dh_n, proj_pass[rows], out=dr_all[rows])
-            dm = dr @ weight_proj  # (n, C)
-            dz = dz_all[rows]  # (n, 4C)
-            torch.mul(dm, into_o[rows], out=dz[:, 3 * cells :])
-            dcell = torch.addcmul(dc_n, dm, into_cell[rows])  # (n, C)
+                dr = torch.addcmul(grad_outputs[:, rows], dh_n, proj_pass[:, rows], out=dr_all[:, rows])
+            dm_n = _each(torch.mm, dr, weight_proj, dm[:, :n])  # (D, n, C)
+            dz = dz_all[:, rows]  # (D, n, 4C)
+            torch.mul(dm_n, into_o[:, rows], out=dz[..., 3 * cells :])
+            dcell = torch.addcmul(dc_n, dm_n, into_cell[:, rows])  # (D, n, C)
             if cell_pass is not None:
-                dcell.mul_(cell_pass[rows])
-            torch.mul(dcell.unsqueeze(1), into_ifg[rows], out=dz[:, : 3 * cells].view(n, 3, cells))
+                dcell.mul_(cell_pass[:, rows])
+            torch.mul(dcell.unsqueeze(2), into_ifg[:, rows], out=dz[..., : 3 * cells].view(layers, n, 3, cells))
+            dh_new = _each(torch.mm, dz, weight_hh, h0.new_empty(layers, n, h0.shape[2]))  # (D, n, P)
             if n == batch:
-                dc, dh = dcell.mul_(f[rows]), dz @ weight_hh  # (B, C), (B, P)
+                dc, dh = dcell.mul_(f[:, rows]), dh_new
             else:
-                dc[:n], dh[:n] = dcell.mul_(f[rows]), dz @ weight_hh
-        grad_hh = dz_all.t() @ _previous(h0, outputs, batch_sizes, starts) if ctx.needs_input_grad[3] else None
-        grad_proj = dr_all.t() @ hidden if ctx.needs_input_grad[4] else None  # (P, C)
+                dc[:, :n], dh[:, :n] = dcell.mul_(f[:, rows]), dh_new
+        grad_hh = (torch.bmm(dz_all.transpose(1, 2), _previous(h0, outputs, batch_sizes, starts))  # (D, 4C, P)
+                   if ctx.needs_input_grad[3] else None)
+        grad_proj = torch.bmm(dr_all.transpose(1, 2), hidden) if ctx.needs_input_grad[4] else None  # (D, P, C)
         return dz_all, dh, dc, grad_hh, grad_proj, None, None, None
+
+
+def _each(product, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``product(a[d], b[d], out=out[d])`` for every layer d: (D, n, k) x (D, k, m) -> ``out`` (D, n, m).
+
+    One matrix product per layer rather than one batched product: at these sizes ``torch.bmm`` is slower than D
+    separate products on the CPU."""
+    for d in range(a.shape[0]):
+        product(a[d], b[d], out=out[d])
+    return out
 
 
 def _starts(batch_sizes: list[int]) -> list[int]:
@@ -120,20 +141,20 @@ def _starts(batch_sizes: list[int]) -> list[int]:
 
 def _previous(initial: torch.Tensor, packed: torch.Tensor, batch_sizes: list[int], starts: list[int]) -> torch.Tensor:
     """Every step's previous state in the packed layout: the initial state's rows for step 0, then a prefix of the
-    previous step's rows: (N, D)."""
+    previous step's rows: initial (D, B, X), packed (D, N, X) -> (D, N, X)."""
     if batch_sizes and all(n == batch_sizes[0] for n in batch_sizes):
-        return torch.cat([initial[: batch_sizes[0]], packed[: starts[-2]]])
-    return torch.cat([initial[: batch_sizes[0]]] + [packed[starts[t - 1] : starts[t - 1] + batch_sizes[t]]
-                                                    for t in range(1, len(batch_sizes))])
+        return torch.cat([initial[:, : batch_sizes[0]], packed[:, : starts[-2]]], dim=1)
+    return torch.cat([initial[:, : batch_sizes[0]]] + [packed[:, starts[t - 1] : starts[t - 1] + batch_sizes[t]]
+                                                       for t in range(1, len(batch_sizes))], dim=1)
 
 
 def _final_states(h0: torch.Tensor, c0: torch.Tensor, outputs: torch.Tensor, memory: torch.Tensor,
                   batch_sizes: list[int], starts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's state after its last step (rows that never ran keep the initial state): new (B, P), (B, C)."""
+    """Each row's state after its last step (rows that never ran keep the initial state): new (D, B, P), (D, B, C)."""
     h, c = h0.clone(), c0.clone()
     for t, n in enumerate(batch_sizes):
         ending = batch_sizes[t + 1] if t + 1 < len(batch_sizes) else 0  # rows ending..n-1 take their last step now
         if ending < n:
-            h[ending:n] = outputs[starts[t] + ending : starts[t] + n]
-            c[ending:n] = memory[starts[t] + ending : starts[t] + n]
+            h[:, ending:n] = outputs[:, starts[t] + ending : starts[t] + n]
+            c[:, ending:n] = memory[:, starts[t] + ending : starts[t] + n]
     return h, c

@@ -1,4 +1,4 @@
-"""The biLM as a language model: the BiLM's encoder and stacks run one direction at a time, plus the softmax."""
+"""The biLM as a language model: the BiLM's encoder and both directions' stacks side by side, plus the softmax."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch import nn
 
 from elmo.config import ElmoConfig
 from elmo.model.bilm import BiLM, token_layer
-from elmo.model.lstm import LSTMStack, State
+from elmo.model.lstm import LayersSideBySide, State, run_stack
 from elmo.training.softmax import LMSoftmax, LogUniformSampler
 
 
@@ -22,8 +22,6 @@ class LanguageModel(nn.Module):
         self.bilm = bilm
         self.softmax = softmax
         self.dropout = dropout
-        for stack in (bilm.forward_stack, bilm.backward_stack):
-            stack.dropout = dropout
 
     @classmethod
     def from_config(cls, config: ElmoConfig, vocab_size: int, dropout: float = 0.1) -> "LanguageModel":
@@ -44,16 +42,22 @@ class LanguageModel(nn.Module):
         softmax learns).
         """
         (f_ids, f_targets), (b_ids, b_targets) = forward, backward
-        batch = f_ids.shape[0]
-        hidden, new_states = [], []
+        batch, steps = f_ids.shape[:2]
+        # both directions side by side, positions time-major: (2, N) with N = T x B, step t's rows contiguous
         with torch.no_grad() if freeze_bilm else nullcontext():
-            tokens = self.encode_tokens(torch.cat([f_ids, b_ids]))  # (2B, T, P)
-            for direction, x in enumerate((tokens[:batch], tokens[batch:])):
-                top, finals = self.run_stack(x, direction, states[direction])  # (B, T, P)
-                hidden.append(top.reshape(-1, top.shape[-1]))
-                new_states.append(finals)
-        hidden_all = torch.cat(hidden).float()  # (2N, P)
-        targets = torch.cat([f_targets.reshape(-1), b_targets.reshape(-1)])  # (2N,)
+            ids = torch.stack([f_ids, b_ids]).transpose(1, 2)  # (2, T, B, W)
+            tokens = self.encode_tokens(ids.reshape(2 * steps, batch, -1))  # (2T, B, P)
+            x = tokens.view(2, steps * batch, -1)  # (2, N, P)
+            paired = [tuple(torch.stack(pair) for pair in zip(*layer)) for layer in zip(*states)]  # [(h, c) (2, B, ·)]
+            outputs, finals = run_stack(self.layers_side_by_side(), x, [batch] * steps, paired,
+                                        self.bilm.config.lstm.use_skip_connections,
+                                        self.dropout if self.training else 0.0)
+            top = outputs[-1]  # (2, N, P)
+            if self.training and self.dropout > 0:
+                top = nn.functional.dropout(top, self.dropout, training=True)
+        new_states = [[(h[d], c[d]) for h, c in finals] for d in range(2)]
+        hidden_all = top.reshape(2 * steps * batch, -1).float()  # (2N, P)
+        targets = torch.stack([f_targets, b_targets]).transpose(1, 2).reshape(-1)  # (2N,) in the same order
         with torch.autocast(hidden_all.device.type, enabled=False):  # the softmax in float32 under mixed precision
             if samples is None:
                 per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
@@ -82,29 +86,15 @@ class LanguageModel(nn.Module):
             sampler.log_expected_count(targets.clamp(min=0).cpu(), tries, n).to(hidden.device),  # -1: masked later
             sampler.log_expected_count(drawn, tries, n).to(hidden.device), reduction="none", rows=rows)
 
-    def stack(self, direction: int) -> LSTMStack:
-        """The LSTM stack of one direction (0 forward, 1 backward)."""
-        return self.bilm.forward_stack if direction == 0 else self.bilm.backward_stack
+    def layers_side_by_side(self) -> list[LayersSideBySide]:
+        """Layer l of the forward and the backward stack, run together (``run_stack``'s layers)."""
+        return [LayersSideBySide(pair) for pair in zip(self.bilm.forward_stack.layers, self.bilm.backward_stack.layers)]
 
     def encode_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Token vectors of (B, T, W) ids -> (B, T, P); all-zero padding slots (one-pass evaluation) stay zero."""
         real = char_ids.gt(0).any(-1)  # (B, T)
         return token_layer(self.bilm.char_encoder.encode, char_ids, real, self.bilm.config.lstm.projection_dim,
                            self.softmax.weight.dtype)
-
-    def run_stack(self, tokens: torch.Tensor, direction: int,
-                  states: list[State]) -> tuple[torch.Tensor, list[State]]:
-        """One direction's top-layer outputs over fully packed windows: (B, T, P) -> (B, T, P), final states."""
-        batch, steps = tokens.shape[:2]
-        outputs, finals = self.stack(direction)(tokens, [batch] * steps, states)
-        top = outputs[-1]
-        if self.training and self.dropout > 0:
-            top = nn.functional.dropout(top, self.dropout, training=True)
-        return top, finals
-
-    def hidden(self, char_ids: torch.Tensor, direction: int, states: list[State]) -> tuple[torch.Tensor, list[State]]:
-        """Top-layer outputs of one direction: (B, T, W) ids -> (B, T, P), final states."""
-        return self.run_stack(self.encode_tokens(char_ids), direction, states)
 
     def zero_states(self, batch: int, device: torch.device | str = "cpu") -> list[list[State]]:
         """[direction][layer] -> (h (B, P), c (B, C)) zeros."""
