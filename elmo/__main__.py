@@ -1,7 +1,5 @@
 """``python -m elmo``: the command line, as the ``elmo`` script runs it."""
 
-import sys
+from elmo.cli import run_and_exit
 
-from elmo.cli import main
-
-sys.exit(main())
+run_and_exit()

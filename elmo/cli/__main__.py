@@ -1,7 +1,5 @@
 """``python -m elmo.cli``: the command line, as ``python -m elmo`` runs it."""
 
-import sys
+from elmo.cli import run_and_exit
 
-from elmo.cli import main
-
-sys.exit(main())
+run_and_exit()

@@ -78,3 +78,17 @@ def test_the_python_embedder_refuses_non_finite_vectors_and_overlong_sentences(o
     fine = Embedder(random_bilm(small_config()))
     with pytest.raises(UsageError, match="sentence 1: 100,001 tokens"):
         fine.embed([["a"], ["w"] * (MAX_TOKENS_PER_LINE + 1)])
+
+
+def test_the_finiteness_check_of_weights_is_exact_when_the_sum_overflows():
+    """Model files are checked for NaN/inf by their sum first (one pass): a sum that overflows from large finite
+    values must not be taken for a damaged file, and a NaN or inf anywhere must be found."""
+    from elmo.io.native import all_finite
+
+    assert all_finite(torch.full((10,), 3e38))  # the float32 sum is inf; every value is finite
+    assert all_finite(torch.randn(1000))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        tensor = torch.randn(1000)
+        tensor[517] = bad
+        assert not all_finite(tensor)
+    assert not all_finite(torch.tensor([3e38, 3e38, float("nan")]))
