@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -143,8 +144,6 @@ def unique_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     them row by row, several times slower); elsewhere ``torch.unique``."""
     if ids.device.type != "cpu" or ids.shape[0] == 0:
         return torch.unique(ids, dim=0, return_inverse=True)
-    import numpy as np  # the package's own dependency; imported here to keep it off the import path
-
     rows = np.ascontiguousarray(ids.numpy())
     keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()  # one opaque key per row
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
