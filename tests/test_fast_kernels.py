@@ -129,3 +129,19 @@ def test_length_groups_keep_every_token_exact(fixture_model):
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-12)
     for grouped, whole in zip(grads[0][1], grads[1][1]):
         torch.testing.assert_close(grouped, whole, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_one_row_blocks_give_the_plain_product(rows):
+    """A wide matrix held also in column blocks (batch 1's faster one-row product) multiplies like ``addmm``: with no
+    addend, a bias and a per-row term; more rows take the packed product."""
+    if not packed.onednn_packing_available():
+        pytest.skip("this PyTorch build has no oneDNN packed product (the blocks are made only beside it)")
+    torch.manual_seed(6)
+    weight, x = torch.randn(2048, 256) / 16, torch.randn(rows, 256)  # large enough to be packed
+    bias, per_row = torch.randn(2048), torch.randn(rows, 2048)
+    multiplier = RightMultiplier(weight, one_row_blocks=True)
+    assert multiplier.blocks is not None and multiplier.blocks.shape == (packed.ONE_ROW_BLOCKS, 256, 2048 // packed.ONE_ROW_BLOCKS)
+    for add, want in ((None, x @ weight.t()), (bias, torch.addmm(bias, x, weight.t())),
+                      (per_row, torch.addmm(per_row, x, weight.t()))):
+        torch.testing.assert_close(multiplier(x, add), want, rtol=0, atol=1e-5)

@@ -28,7 +28,7 @@ from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
 from elmo.model.char_cnn import CharEncoder, unique_rows
 from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
-from elmo.model.packed import right_multiplier
+from elmo.model.packed import packing_library, right_multiplier
 from elmo.model.state import StateCarrier
 from elmo.model.token_cache import TokenCache, TokenMemo, build_token_cache
 
@@ -57,14 +57,19 @@ class ProjectionScratch(threading.local):
 
 
 class FrozenLayer:
-    """One LSTM layer's weights as multipliers (W_ih^T unpacked, it multiplies a whole layer's positions at once;
-    W_hh^T and W_proj^T packed) and a copy of its bias."""
+    """One LSTM layer's weights as multipliers (W_hh^T and W_proj^T packed, W_hh^T also in column blocks for one-row
+    products; W_ih^T, which multiplies a whole layer's positions at once, packed only by oneDNN: ``elmo.model.packed``)
+    and a copy of its bias."""
 
     def __init__(self, layer: ProjectedLSTMLayer, lstm_dtype: torch.dtype | None, device: torch.device,
                  scratch: ProjectionScratch | None) -> None:
         with torch.no_grad():
             weights = [w.detach().to(device) for w in (layer.weight_ih, layer.weight_hh, layer.weight_proj)]
-            self.products = tuple(right_multiplier(w, lstm_dtype, pack=index > 0) for index, w in enumerate(weights))
+            weight_ih, weight_hh, weight_proj = weights
+            self.products = (right_multiplier(weight_ih, lstm_dtype, pack=packing_library(weight_ih, lstm_dtype)
+                                              == "onednn"),
+                             right_multiplier(weight_hh, lstm_dtype, one_row_blocks=True),  # batch 1 streams it
+                             right_multiplier(weight_proj, lstm_dtype))
             self.bias = layer.bias.detach().to(device).clone()  # (4C,)
         self.cell_clip, self.proj_clip = layer.cell_clip, layer.proj_clip
         self.scratch = scratch
