@@ -18,14 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import sentences  # noqa: E402
 
 WORKER = r"""
-import resource, sys, time
+import sys, time
 sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+from common import peak_rss_mb
 from random_weights import random_bilm
 from elmo.embed_file import embed_file
 model = random_bilm({size!r})
 start = time.perf_counter()
 n = embed_file(model, {src!r}, {dst!r}, layers="top", batch_size=64, forget_sentences={forget}, progress=False)
-print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(n, time.perf_counter() - start, peak_rss_mb())
 """
 
 

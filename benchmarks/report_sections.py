@@ -263,8 +263,9 @@ def training_section(work: Path, python: str, bilmtf: Path, batches: int) -> lis
 # ---- memory on long files ---------------------------------------------------------------------------------------
 
 MEMORY_WORKER = r"""
-import resource, sys, time
+import sys, time
 sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
+from common import peak_rss_mb
 from random_weights import random_bilm
 from elmo.embed_file import embed_file
 from elmo.memory import fix_mmap_threshold
@@ -272,7 +273,7 @@ fix_mmap_threshold()  # as `elmo embed` does
 model = random_bilm("tiny")
 start = time.perf_counter()
 n = embed_file(model, {src!r}, {dst!r}, layers="top", batch_size=64, progress=False)
-print(n, time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(n, time.perf_counter() - start, peak_rss_mb())
 """
 
 

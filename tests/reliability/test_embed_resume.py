@@ -16,6 +16,7 @@ from elmo.embed_file import embed_file
 from elmo.io.official import load_official
 from elmo.io.work_folder import WorkFolderError
 from tests.conftest import OPTIONS, WEIGHTS
+from tests.reliability.tiny import interrupt_after_chunks
 
 LINES = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(1 + i % 9)) for i in range(40)] + [""]
 
@@ -30,16 +31,8 @@ def test_interrupted_run_resumes_without_redoing_chunks(tmp_path, monkeypatch, s
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
     embed_file(load_official(OPTIONS, WEIGHTS, stateful=stateful), tmp_path / "in.txt", tmp_path / "whole.hdf5",
                batch_size=4, progress=False, chunk_size=4)
-    original = embed_file_module._embed_chunk
+    original = interrupt_after_chunks(monkeypatch, 3)  # as if killed during the fourth chunk
     calls = []
-
-    def dying(*args, **kwargs):
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # as if killed during the fourth chunk
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
     with pytest.raises(KeyboardInterrupt):
         embed_file(load_official(OPTIONS, WEIGHTS, stateful=stateful), tmp_path / "in.txt", tmp_path / "out.hdf5",
                    batch_size=4, progress=False, chunk_size=4)
@@ -72,16 +65,7 @@ def test_resume_refuses_another_chunk_size_or_precision(tmp_path, monkeypatch, s
     """Parts are numbered by chunk and computed at one precision: resuming with either changed would drop lines
     or mix precisions in one file, so it is refused."""
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    original = embed_file_module._embed_chunk
-    calls = []
-
-    def dying(*args, **kwargs):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
+    original = interrupt_after_chunks(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4,
                    progress=False, chunk_size=4)

@@ -6,7 +6,7 @@ is refused before anything is read or deleted; a file the user put into elmo's o
 
 import json
 
-from tests.reliability.tiny import cli, litter, one_error_line, text_file, tiny_model
+from tests.reliability.tiny import cli, interrupt_after_chunks, litter, one_error_line, text_file, tiny_model
 
 
 def test_a_users_folder_named_like_the_parts_folder_is_refused_untouched(tmp_path, capsys):
@@ -35,15 +35,9 @@ def test_an_input_inside_the_parts_folder_is_refused_before_it_is_read(tmp_path,
 
 
 def test_a_file_the_user_put_into_elmos_folder_survives(tmp_path, capsys, monkeypatch):
-    import elmo.embed_file as embed_file_module
-
     model = tiny_model(tmp_path / "model")
     source = text_file(tmp_path / "in.txt", 5)
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(embed_file_module, "_embed_chunk", killed)
+    interrupt_after_chunks(monkeypatch, 0)
     args = ["embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet"]
     assert cli(capsys, *args)[0] == 130
     assert (tmp_path / "out.hdf5.parts" / "manifest.json").is_file()  # elmo's, kept for --resume

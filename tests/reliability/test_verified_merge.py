@@ -12,7 +12,8 @@ import pytest
 
 import elmo.cli.embed as cli_embed
 import elmo.embed_file as embed_file_module
-from tests.reliability.tiny import cli, elmo_process, litter, one_error_line, text_file, tiny_model, waiting_for
+from tests.reliability.tiny import (cli, elmo_process, interrupt_after_chunks, litter, one_error_line, text_file,
+                                    tiny_model, waiting_for)
 
 
 @pytest.fixture
@@ -76,22 +77,13 @@ def test_a_damaged_part_is_redone_on_resume(tmp_path, capsys, monkeypatch, small
     """A part whose bytes changed after it was listed fails its checksum: resume redoes it and those after it."""
     model = tiny_model(tmp_path / "model")
     source = text_file(tmp_path / "in.txt", 150)
-    original, calls = embed_file_module._embed_chunk, []
-
-    def dying(*args, **kwargs):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
+    original, calls = interrupt_after_chunks(monkeypatch, 2), []
     args = ["embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet"]
     assert cli(capsys, *args)[0] == 130
     part = tmp_path / "out.hdf5.parts" / "part-00000000.h5"
     data = bytearray(part.read_bytes())
     data[-100] ^= 0xFF
     part.write_bytes(bytes(data))
-    calls.clear()
     monkeypatch.setattr(embed_file_module, "_embed_chunk", lambda *a, **k: calls.append(1) or original(*a, **k))
     rc, err = cli(capsys, *args, "--resume")
     assert rc == 0 and len(calls) == 3 and "wrote 150 sentences" in err

@@ -67,3 +67,20 @@ def one_error_line(err: str, *fragments: str) -> str:
 def litter(folder: Path, keep: set[str] = frozenset()) -> list[str]:
     """What is in ``folder`` besides ``keep``: temporary files, parts folders, locks."""
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
+
+
+def interrupt_after_chunks(monkeypatch, done: int):
+    """Make embedding stop with Ctrl-C (KeyboardInterrupt) as it starts chunk ``done`` + 1, as if the user or a
+    kill stopped it there; returns the real chunk function (``monkeypatch.undo()`` puts it back)."""
+    import elmo.embed_file as embed_file_module
+
+    original, calls = embed_file_module._embed_chunk, []
+
+    def dying(*args, **kwargs):
+        if len(calls) == done:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
+    return original
