@@ -73,8 +73,8 @@ def inference_section(peak: float, bandwidth: float) -> list[str]:
     lines = ["## Inference, original-size model (93.6 M parameters)", "",
              "Deterministic mode; 12 sentences at batch 1, 128 at batch 32 (1B Word Benchmark held-out dev, in file "
              "order, or sorted by length first as `Embedder` and `elmo embed` do). % of limit: of the batch-1 "
-             "bandwidth limit for the precision's weights at batch 1, of the compute limit at batch 32. The bandwidth of "
-             "this shared machine moves from minute to minute, so batch 1 runs three rounds of (bandwidth, pass, "
+             "bandwidth limit for the precision's weights at batch 1, of the compute limit at batch 32. The "
+             "bandwidth of this shared machine moves from minute to minute, so batch 1 runs three rounds of (bandwidth, pass, "
              "bandwidth), each pass against the higher of its two bandwidths: the median rate, share and bandwidth "
              "(in brackets) of the three. "
              "Max abs diff: every layer against the reference in float32. Cosine: per layer (token layer / LSTM 1 / "

@@ -141,7 +141,8 @@ def test_one_row_blocks_give_the_plain_product(rows):
     weight, x = torch.randn(2048, 256) / 16, torch.randn(rows, 256)  # large enough to be packed
     bias, per_row = torch.randn(2048), torch.randn(rows, 2048)
     multiplier = RightMultiplier(weight, one_row_blocks=True)
-    assert multiplier.blocks is not None and multiplier.blocks.shape == (packed.ONE_ROW_BLOCKS, 256, 2048 // packed.ONE_ROW_BLOCKS)
+    blocks = packed.ONE_ROW_BLOCKS
+    assert multiplier.blocks is not None and multiplier.blocks.shape == (blocks, 256, 2048 // blocks)
     for add, want in ((None, x @ weight.t()), (bias, torch.addmm(bias, x, weight.t())),
                       (per_row, torch.addmm(per_row, x, weight.t()))):
         torch.testing.assert_close(multiplier(x, add), want, rtol=0, atol=1e-5)

@@ -158,3 +158,28 @@ def test_in_place_step_equals_the_autograd_step():
     in_place = lstm_step(z.clone(), c_prev, lambda m: m @ weight_proj.t(), 0.8, 0.5, in_place=True)
     for a, b in zip(plain, in_place):
         assert torch.allclose(a, b, atol=1e-15)
+
+
+def test_layers_side_by_side_one_by_one_path_equals_the_joint_path():
+    """``LayersSideBySide`` (training's layers, positions time-major (D, N, ·)) runs one LayerSequence over both
+    directions; under autocast it runs each layer on its own (B, T, ·) view instead: same outputs, states and
+    gradients."""
+    from elmo.model.lstm import LayersSideBySide
+
+    torch.manual_seed(7)
+    layers = [_layer(0.7) for _ in range(2)]
+    with torch.no_grad():
+        layers[1].weight_hh.mul_(-0.5)  # two different layers
+    batch, steps = 3, 4
+    x = torch.randn(2, steps * batch, 5, dtype=torch.float64, requires_grad=True)
+    state = (torch.randn(2, batch, 3, dtype=torch.float64), torch.randn(2, batch, 7, dtype=torch.float64))
+    side_by_side = LayersSideBySide(layers)
+    runs = [side_by_side(x, [batch] * steps, state), side_by_side._one_by_one(x, [batch] * steps, state)]
+    weights = [torch.randn_like(t) for t in (runs[0][0], *runs[0][1])]
+    params = [x] + [p for layer in layers for p in layer.parameters()]
+    grads = [torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, (out, *final))), params)
+             for out, final in runs]
+    for a, b in zip((runs[0][0], *runs[0][1]), (runs[1][0], *runs[1][1])):
+        assert torch.allclose(a, b, atol=1e-12)
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-10)

@@ -149,3 +149,34 @@ def test_positions_without_a_target_leave_the_sampled_loss_and_gradients_finite(
     sum(losses).backward()
     assert all(torch.isfinite(loss) for loss in losses)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_both_directions_side_by_side_give_each_directions_own_loss_and_states():
+    """The language model runs the two directions side by side, positions time-major; each direction's loss,
+    final states and gradients equal running its own stack alone over its (B, T) windows."""
+    from elmo.data.chars import batch_to_ids
+    from elmo.training.lm import LanguageModel
+    from tests.conftest import micro_train_config
+
+    torch.manual_seed(3)
+    model = LanguageModel.from_config(micro_train_config().model, 100, dropout=0.0).double()
+    f_ids = batch_to_ids([["a", "b", "c", "d"], ["e", "f", "g", "h"], ["i", "j", "k", "l"]])  # (3, 4, 50)
+    b_ids = batch_to_ids([["m", "n", "o", "p"], ["a", "c", "e", "g"], ["q", "r", "s", "t"]])
+    f_targets, b_targets = torch.randint(0, 100, (3, 4)), torch.randint(0, 100, (3, 4))
+    states = [[(torch.randn(3, l.projection_dim, dtype=torch.float64), torch.randn(3, l.dim, dtype=torch.float64))
+               for _ in range(l.n_layers)] for l in [model.bilm.config.lstm] * 2]
+    losses, finals = model((f_ids, f_targets), (b_ids, b_targets), states, None)
+    ours = torch.autograd.grad(losses[0] + 2 * losses[1], list(model.parameters()), allow_unused=True)
+    alone_losses = []
+    for stack, ids, targets, state, final in zip((model.bilm.forward_stack, model.bilm.backward_stack),
+                                                 (f_ids, b_ids), (f_targets, b_targets), states, finals):
+        outputs, alone_final = stack(model.encode_tokens(ids), [3] * 4, state)  # (B, T, P) batch-major
+        top = outputs[-1].reshape(-1, outputs[-1].shape[-1])
+        alone_losses.append(model.softmax.full_loss(top, targets.reshape(-1), reduction="none").mean())
+        for (h, c), (h_alone, c_alone) in zip(final, alone_final):
+            assert torch.allclose(h, h_alone, atol=1e-12) and torch.allclose(c, c_alone, atol=1e-12)
+    for a, b in zip(losses, alone_losses):
+        assert torch.allclose(a, b, atol=1e-12)
+    alone = torch.autograd.grad(alone_losses[0] + 2 * alone_losses[1], list(model.parameters()), allow_unused=True)
+    for a, b in zip(ours, alone):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-10))

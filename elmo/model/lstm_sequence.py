@@ -43,7 +43,8 @@ class LayerSequence(torch.autograd.Function):
                 proj_clip: float | None):
         layers, total = projected.shape[:2]
         cells, proj = weight_proj.shape[2], weight_proj.shape[1]
-        hh_t, proj_t = weight_hh.transpose(1, 2).contiguous(), weight_proj.transpose(1, 2).contiguous()  # (D, P, 4C), (D, C, P)
+        hh_t = weight_hh.transpose(1, 2).contiguous()  # (D, P, 4C)
+        proj_t = weight_proj.transpose(1, 2).contiguous()  # (D, C, P)
         gates = torch.empty_like(projected)  # (D, N, 4C) i, f, o after sigmoid, g after tanh
         memory = projected.new_empty(layers, total, cells)  # c_t after its clip
         memory_raw = torch.empty_like(memory) if cell_clip else None  # c_t before it

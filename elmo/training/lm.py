@@ -56,7 +56,7 @@ class LanguageModel(nn.Module):
             if self.training and self.dropout > 0:
                 top = nn.functional.dropout(top, self.dropout, training=True)
         new_states = [[(h[d], c[d]) for h, c in finals] for d in range(2)]
-        hidden_all = top.reshape(2 * steps * batch, -1).float()  # (2N, P)
+        hidden_all = top.reshape(2 * steps * batch, -1).to(self.softmax.weight.dtype)  # (2N, P); float32 under autocast
         targets = torch.stack([f_targets, b_targets]).transpose(1, 2).reshape(-1)  # (2N,) in the same order
         with torch.autocast(hidden_all.device.type, enabled=False):  # the softmax in float32 under mixed precision
             if samples is None:
