@@ -1,10 +1,11 @@
-"""A layer's whole time loop as one autograd operation, with a hand-written backward pass (training).
+"""A layer's whole time loop as one autograd operation, with a hand-written backward pass (training); training
+runs the forward and the backward direction's layer as one such operation (D = 2).
 
 Autograd through the per-step loop records ~20 small operations per step and, in the backward pass, multiplies
 out each step's weight gradients separately (e.g. (P, n) x (n, 4C) for W_hh at every step). Here the forward pass
-keeps what the backward pass needs in a few preallocated (N, ·) buffers (N = the real positions, time-major, as
+keeps what the backward pass needs in a few preallocated (D, N, ·) buffers (N = the real positions, time-major, as
 in a PackedSequence), the backward loop carries only the state gradients, and the weight gradients are two
-matmuls over all N positions at the end. The forward steps are ``elmo.model.cell.lstm_step`` (docs/format.md §4.3),
+batched products over all N positions at the end. The forward steps are ``elmo.model.cell.lstm_step`` (docs/format.md §4.3),
 recording their intermediates; the backward pass differentiates that step by hand::
 
     z = projected_t + h_{t-1} W_hh^T          i, f, o = sigmoid(.), g = tanh(.)
