@@ -180,3 +180,20 @@ def test_both_directions_side_by_side_give_each_directions_own_loss_and_states()
     alone = torch.autograd.grad(alone_losses[0] + 2 * alone_losses[1], list(model.parameters()), allow_unused=True)
     for a, b in zip(ours, alone):
         assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-10))
+
+
+def test_sample_is_the_first_distinct_ids_in_draw_order():
+    """The negatives are the first n distinct ids drawn (TensorFlow's unique sampler), in the order they first
+    appeared, and ``tries`` counts the draws up to the n-th of them."""
+    sampler = LogUniformSampler(500, seed=4)
+    u = torch.rand(2 * 50, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    draws = (torch.exp(u * math.log(501)).long() - 1).clamp(0, 499).tolist()  # the sampler's first 2n draws
+    seen: list[int] = []
+    for tries, draw in enumerate(draws, start=1):
+        if draw not in seen:
+            seen.append(draw)
+        if len(seen) == 50:
+            break
+    assert len(seen) == 50  # 100 draws were enough for this seed, so the sampler drew no more
+    candidates, sampler_tries = sampler.sample(50)
+    assert candidates.tolist() == seen and sampler_tries == tries

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -133,13 +134,11 @@ class LogUniformSampler:
             u = torch.rand(size, generator=self.generator, dtype=torch.float64)
             more = (torch.exp(u * self._log_range).long() - 1).clamp_(0, self.vocab_size - 1)  # inverse CDF
             draws = torch.cat([draws, more])
-            values, inverse = torch.unique(draws, return_inverse=True)
+            values, first = np.unique(draws.numpy(), return_index=True)  # each distinct id and its first draw
             if len(values) >= n:
                 break
             size *= 2
-        first = torch.full((len(values),), len(draws), dtype=torch.long)
-        first.scatter_reduce_(0, inverse, torch.arange(len(draws)), reduce="amin")  # first draw of each id
-        order = torch.sort(first).values[:n]  # the draws at which the first n distinct ids appeared
+        order = torch.from_numpy(np.sort(first)[:n])  # the draws at which the first n distinct ids appeared
         return draws[order], int(order[-1]) + 1
 
     def state(self) -> torch.Tensor:
