@@ -39,3 +39,15 @@ def test_boundaries_are_added_per_row_length():
     assert torch.equal(ids[:, 0], BOS_IDS.expand(3, -1))
     assert torch.equal(ids[0, 3], EOS_IDS) and torch.equal(ids[1, 2], EOS_IDS) and torch.equal(ids[2, 1], EOS_IDS)
     assert ids[1, 3].eq(0).all() and ids[2, 2:].eq(0).all()
+
+
+def test_char_bytes_are_the_char_ids_as_int16():
+    """The batcher builds its table from ``word_to_char_bytes``: the same ids as ``word_to_char_ids``."""
+    import torch
+
+    from elmo.data.chars import word_to_char_bytes, word_to_char_ids
+
+    for word in ("bank", "은행", "<S>", "</S>", "x" * 70, ""):
+        for width in (50, 10):
+            table = torch.frombuffer(bytearray(word_to_char_bytes(word, width)), dtype=torch.int16)
+            assert table.tolist() == list(word_to_char_ids(word, width))

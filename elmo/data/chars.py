@@ -7,6 +7,7 @@ real, learned embedding; only id 0 embeds to zeros.
 
 from __future__ import annotations
 
+from array import array
 from functools import lru_cache
 from typing import Sequence
 
@@ -45,6 +46,13 @@ def word_to_char_ids(word: str, width: int = MAX_CHARS) -> tuple[int, ...]:
     data = word.encode("utf-8", errors="ignore")[: width - 2]
     raw = (BOW_CHAR, *data, EOW_CHAR) + (PAD_CHAR,) * (width - 2 - len(data))
     return tuple(c + 1 for c in raw)
+
+
+@lru_cache(maxsize=200_000)
+def word_to_char_bytes(word: str, width: int = MAX_CHARS) -> bytes:
+    """``word_to_char_ids`` as ``width`` native int16 values in one bytes object: a batch's table of distinct words
+    is then one ``b"".join`` instead of a Python-level copy of every id."""
+    return array("h", word_to_char_ids(word, width)).tobytes()
 
 
 BOS_IDS = torch.tensor(_special_row(BOS_CHAR, MAX_CHARS))  # (50,)

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import glob
 import random
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
 
-from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_ids
+from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_bytes
 from elmo.data.vocab import Vocabulary
 from elmo.errors import ElmoError
 from elmo.io.text_lines import Utf8Lines
@@ -261,10 +260,8 @@ class LMBatcher:
         # lists costs per element, so this is what keeps the batcher ahead of a GPU)
         distinct: dict[str, int] = {}
         index = torch.tensor([distinct.setdefault(w, len(distinct)) for row in inputs for w in row])  # (B*T,)
-        empty = (0,) * self.width  # a padding slot, only where a one-pass source ran out
-        flat = array("h")  # ids <= 262 fit in int16; extending an array from tuples runs in C
-        for w in distinct:
-            flat.extend(word_to_char_ids(w, self.width) if w else empty)
+        empty = bytes(2 * self.width)  # a padding slot (ids 0), only where a one-pass source ran out
+        flat = bytearray(b"".join(word_to_char_bytes(w, self.width) if w else empty for w in distinct))  # int16 ids
         table = torch.frombuffer(flat, dtype=torch.int16).view(len(distinct), self.width).long()  # (U, W)
         ids = table[index].view(batch, self.steps, self.width)  # (B, T, W)
         return LMBatch(ids, torch.tensor(targets), real, torch.tensor(starts))  # (B, T, W), (B, T), (B,)
