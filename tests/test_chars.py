@@ -1,6 +1,7 @@
 import torch
 
-from elmo.data.chars import BOS_IDS, EOS_IDS, add_sentence_boundaries, batch_to_ids, word_to_char_ids
+from elmo.data.chars import (BOS_IDS, EOS_IDS, add_sentence_boundaries, batch_to_ids, word_to_char_bytes,
+                             word_to_char_ids)
 
 
 def test_examples_from_the_spec():
@@ -43,10 +44,6 @@ def test_boundaries_are_added_per_row_length():
 
 def test_char_bytes_are_the_char_ids_as_int16():
     """The batcher builds its table from ``word_to_char_bytes``: the same ids as ``word_to_char_ids``."""
-    import torch
-
-    from elmo.data.chars import word_to_char_bytes, word_to_char_ids
-
     for word in ("bank", "은행", "<S>", "</S>", "x" * 70, ""):
         for width in (50, 10):
             table = torch.frombuffer(bytearray(word_to_char_bytes(word, width)), dtype=torch.int16)
