@@ -40,7 +40,8 @@ class StepRecord(NamedTuple):
 def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Tensor], torch.Tensor],
               cell_clip: float | None, proj_clip: float | None, in_place: bool = False,
               record: StepRecord | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gate pre-activations z (n, 4C), previous memory c_prev (n, C) -> (r (n, P), c (n, C)).
+    """Gate pre-activations z (n, 4C), previous memory c_prev (n, C) -> (r (n, P), c (n, C)); any leading axes
+    (training's ``LayerSequence`` runs both directions at once as (2, n, 4C)).
 
     ``project`` maps m (n, C) to m W_proj^T (n, P). ``in_place`` overwrites z with its activated gates and
     reuses buffers (inference and ``LayerSequence``: fewer passes over memory); not for autograd. Same values

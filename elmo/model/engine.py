@@ -28,7 +28,7 @@ from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
 from elmo.model.char_cnn import CharEncoder, unique_rows
 from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
-from elmo.model.packed import packing_library, right_multiplier
+from elmo.model.packed import right_multiplier
 from elmo.model.state import StateCarrier
 from elmo.model.token_cache import TokenCache, TokenMemo, build_token_cache
 
@@ -66,8 +66,7 @@ class FrozenLayer:
         with torch.no_grad():
             weights = [w.detach().to(device) for w in (layer.weight_ih, layer.weight_hh, layer.weight_proj)]
             weight_ih, weight_hh, weight_proj = weights
-            self.products = (right_multiplier(weight_ih, lstm_dtype, pack=packing_library(weight_ih, lstm_dtype)
-                                              == "onednn"),
+            self.products = (right_multiplier(weight_ih, lstm_dtype, many_rows=True),  # a whole layer's positions
                              right_multiplier(weight_hh, lstm_dtype, one_row_blocks=True),  # batch 1 streams it
                              right_multiplier(weight_proj, lstm_dtype))
             self.bias = layer.bias.detach().to(device).clone()  # (4C,)

@@ -78,11 +78,8 @@ class ProjectedLSTMLayer(nn.Module):
         Returns the outputs (B, T, P), zero where a row has ended, and each row's state after its last step.
         """
         if self._hand_written_backward(x) and batch_sizes:
-            h, c = state
             packed = packed_positions(x, batch_sizes)  # (N, In)
-            projected = torch.addmm(self.bias, packed, self.weight_ih.t())  # (N, 4C) all steps at once
-            out, h, c = LayerSequence.apply(projected[None], h[None], c[None], self.weight_hh[None],
-                                            self.weight_proj[None], batch_sizes, self.cell_clip, self.proj_clip)
+            out, (h, c) = LayersSideBySide([self])(packed[None], batch_sizes, (state[0][None], state[1][None]))
             return pad_steps(list(out[0].split(batch_sizes)), x.shape[0], x.shape[1]), (h[0], c[0])
         products = tuple(AutogradRightMultiplier(p) for p in (self.weight_ih, self.weight_hh, self.weight_proj))
         return run_layer(x, batch_sizes, state, products, self.bias, self.cell_clip, self.proj_clip)
@@ -105,13 +102,16 @@ class LayersSideBySide:
         if torch.is_autocast_enabled(x.device.type):
             return self._one_by_one(x, batch_sizes, state)
         first = self.layers[0]
-        weight_ih = torch.stack([layer.weight_ih for layer in self.layers])  # (D, 4C, In)
-        bias = torch.stack([layer.bias for layer in self.layers]).unsqueeze(1)  # (D, 1, 4C)
-        projected = torch.baddbmm(bias, x, weight_ih.transpose(1, 2))  # (D, N, 4C) all steps at once
-        out, h, c = LayerSequence.apply(projected, *state, torch.stack([layer.weight_hh for layer in self.layers]),
-                                        torch.stack([layer.weight_proj for layer in self.layers]), batch_sizes,
-                                        first.cell_clip, first.proj_clip)
+        bias = self._stacked("bias").unsqueeze(1)  # (D, 1, 4C)
+        projected = torch.baddbmm(bias, x, self._stacked("weight_ih").transpose(1, 2))  # (D, N, 4C) all steps at once
+        out, h, c = LayerSequence.apply(projected, *state, self._stacked("weight_hh"), self._stacked("weight_proj"),
+                                        batch_sizes, first.cell_clip, first.proj_clip)
         return out, (h, c)
+
+    def _stacked(self, name: str) -> torch.Tensor:
+        """One parameter of every layer along a new first axis (a view for a single layer, not a copy)."""
+        tensors = [getattr(layer, name) for layer in self.layers]
+        return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
     def _one_by_one(self, x: torch.Tensor, batch_sizes: list[int], state: State) -> tuple[torch.Tensor, State]:
         """Each layer on its own (B, T, In) view of full windows (every step runs all B rows)."""
@@ -217,17 +217,16 @@ def run_stack(layers: Sequence[LayerRun], x: torch.Tensor, batch_sizes: list[int
 class LSTMStack(nn.Module):
     """One direction's layers (``run_stack`` runs them)."""
 
-    def __init__(self, layers: list[ProjectedLSTMLayer], use_skip_connections: bool, dropout: float = 0.0) -> None:
+    def __init__(self, layers: list[ProjectedLSTMLayer], use_skip_connections: bool) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.use_skip_connections = use_skip_connections
-        self.dropout = dropout  # training only: on every layer's input; the residual adds the dropped-out input
 
     def forward(self, x: torch.Tensor, batch_sizes: list[int],
                 states: list[State]) -> tuple[list[torch.Tensor], list[State]]:
-        """x (B, T, P) sorted longest first -> every layer's output (B, T, P) and final state."""
-        return run_stack(list(self.layers), x, batch_sizes, states, self.use_skip_connections,
-                         self.dropout if self.training else 0.0)
+        """x (B, T, P) sorted longest first -> every layer's output (B, T, P) and final state. (Language-model
+        training, with its dropout, runs both directions' layers side by side: ``LayersSideBySide``.)"""
+        return run_stack(list(self.layers), x, batch_sizes, states, self.use_skip_connections)
 
 
 def build_lstm_stack(input_size: int, cell_size: int, proj_size: int, n_layers: int, cell_clip: float | None,

@@ -15,8 +15,8 @@ bf16 copies are packed by oneDNN too; on the AMD EPYC they gave the same bits as
 
 oneDNN's packed product is also the fastest for a matrix multiplied by many rows at once (the input projections of
 a whole layer: 2.5x ``addmm`` at 26 rows, 1.5x at 800 on the AMD EPYC), so those are packed too where oneDNN is
-available. Where it is not, such a matrix is not packed (``pack=False``: MKL's packed product is no faster there),
-and neither is a small matrix or one on another device: a contiguous transposed copy is used, which BLAS multiplies
+available. Where it is not, such a matrix is not packed (``many_rows=True``: MKL's packed product is no faster
+there), and neither is a small matrix or one on another device: a contiguous transposed copy is used, which BLAS multiplies
 faster than a transposed view; that path can also write into a caller's buffer (``out``).
 """
 
@@ -83,16 +83,17 @@ def onednn_packing_available(dtype: torch.dtype = torch.float32) -> bool:
         return False
 
 
-def packing_library(weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True) -> str | None:
+def packing_library(weight: torch.Tensor, dtype: torch.dtype | None = None, many_rows: bool = False) -> str | None:
     """Which library ``RightMultiplier`` packs ``weight`` with for products in ``dtype``: "onednn", "mkl", or None
-    (a plain transposed copy)."""
+    (a plain transposed copy). ``many_rows``: a matrix multiplied by many rows per call, packed by oneDNN only."""
     dtype = dtype or weight.dtype
-    if not (pack and weight.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16)
+    if not (weight.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16)
             and weight.device.type == "cpu"):
         return None
     if weight.numel() >= MIN_ONEDNN_ELEMENTS and onednn_packing_available(dtype):
         return "onednn"
-    if dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS and mkl_packing_available():
+    if (not many_rows and dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS
+            and mkl_packing_available()):
         return "mkl"
     return None
 
@@ -104,11 +105,11 @@ class RightMultiplier:
     weight: an inference engine (``elmo.model.engine``) builds one per matrix.
     """
 
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True,
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype | None = None, many_rows: bool = False,
                  one_row_blocks: bool = False) -> None:
         self.dtype = dtype = dtype or weight.dtype
         self.packed, self.out_features = None, weight.shape[0]
-        self.library = packing_library(weight, dtype, pack)
+        self.library = packing_library(weight, dtype, many_rows)
         # a one-row product of a wide matrix (batch 1: x (1, 512) by W_hh^T (512, 16,384)) streams the matrix from
         # memory; as ONE_ROW_BLOCKS column blocks in one batched product it streams ~1.3x faster than the packed
         # product (both cores read), at the cost of one more copy of the matrix
@@ -188,12 +189,15 @@ class Int8RightMultiplier:
         return product if add is None else product.add_(add)
 
 
-def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None, pack: bool = True,
+def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None, many_rows: bool = False,
                      one_row_blocks: bool = False) -> RightMultiplier | Int8RightMultiplier:
     """The inference multiplier for ``weight`` in the given matmul dtype (None: the weight's own; torch.bfloat16;
-    torch.qint8: dynamic int8 quantisation). ``pack=False`` for a matrix multiplied by many rows per call, where
-    MKL's packed product is no faster and cannot write into a buffer."""
-    return Int8RightMultiplier(weight) if dtype == torch.qint8 else RightMultiplier(weight, dtype, pack, one_row_blocks)
+    torch.qint8: dynamic int8 quantisation). ``many_rows`` for a matrix multiplied by many rows per call (packed by
+    oneDNN only: MKL's packed product is no faster there and cannot write into a buffer); ``one_row_blocks`` for a
+    wide matrix multiplied by one row (batch 1)."""
+    if dtype == torch.qint8:
+        return Int8RightMultiplier(weight)
+    return RightMultiplier(weight, dtype, many_rows, one_row_blocks)
 
 
 class AutogradRightMultiplier:
