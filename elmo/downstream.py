@@ -69,6 +69,10 @@ class Elmo(nn.Module):
         ``stateful=True``: AllenNLP's mode (LSTM state carried from batch to batch), for its exact numbers."""
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the engine out (threads, packed matrices): the copy builds its own on first use."""
+        return {**self.__dict__, "_engine": None}
+
     def drop_engine(self) -> None:
         """Forget the inference engine (the next frozen call builds a new one from the weights as they are)."""
         self._engine = None

@@ -44,28 +44,32 @@ class LayerSequence(torch.autograd.Function):
                 proj_clip: float | None):
         layers, total = projected.shape[:2]
         cells, proj = weight_proj.shape[2], weight_proj.shape[1]
-        hh_t = weight_hh.transpose(1, 2).contiguous()  # (D, P, 4C)
+        hh_t = weight_hh.transpose(1, 2).contiguous().unbind(0)  # D x (P, 4C)
         proj_t = weight_proj.transpose(1, 2).contiguous()  # (D, C, P)
-        gates = torch.empty_like(projected)  # (D, N, 4C) i, f, o after sigmoid, g after tanh
+        gates = projected.clone()  # (D, N, 4C) each step adds its recurrent product in place; then i, f, o after
+        # sigmoid, g after tanh
         memory = projected.new_empty(layers, total, cells)  # c_t after its clip
         memory_raw = torch.empty_like(memory) if cell_clip else None  # c_t before it
         tanh_memory = torch.empty_like(memory)
         hidden = torch.empty_like(memory)  # m_t = o * tanh(c_t)
         outputs = projected.new_empty(layers, total, proj)  # r_t after its clip
         outputs_raw = torch.empty_like(outputs) if proj_clip else None  # r_t before it
+        # every buffer's per-step views, (D, n_t, .) each, made at once: the gates, then StepRecord's fields
+        per_step = [buffer.split(batch_sizes, dim=1) if buffer is not None else [None] * len(batch_sizes)
+                    for buffer in (gates, memory_raw, memory, tanh_memory, hidden, outputs_raw, outputs)]
         starts = _starts(batch_sizes)  # step t's rows are starts[t] : starts[t] + batch_sizes[t]
+        h_prev, c_prev = h0, c0  # (D, B, .) the previous step's state of the rows still running
         for t, n in enumerate(batch_sizes):
-            rows = slice(starts[t], starts[t] + n)
-            before = slice(starts[t - 1], starts[t - 1] + n) if t else None  # this step's rows one step earlier
-            h_prev, c_prev = (outputs[:, before], memory[:, before]) if t else (h0[:, :n], c0[:, :n])  # (D, n, ·)
-            z = gates[:, rows]  # (D, n, 4C), activated in place by lstm_step
-            for d in range(layers):
-                torch.addmm(projected[d, rows], h_prev[d], hh_t[d], out=z[d])
-            raw = (outputs_raw if proj_clip else outputs)[:, rows]  # (D, n, P)
-            record = StepRecord(memory_raw[:, rows] if cell_clip else None, memory[:, rows], tanh_memory[:, rows],
-                                hidden[:, rows], raw if proj_clip else None, outputs[:, rows])
+            if h_prev.shape[1] != n:
+                h_prev, c_prev = h_prev[:, :n], c_prev[:, :n]
+            z, *recorded = (views[t] for views in per_step)  # z (D, n, 4C): projected, activated in place below
+            record = StepRecord(*recorded)
+            for z_d, h_d, w_d in zip(z.unbind(0), h_prev.unbind(0), hh_t):
+                z_d.addmm_(h_d, w_d)  # + h_{t-1} W_hh^T
+            raw = record.output_raw if proj_clip else record.output  # (D, n, P) where m W_proj^T goes
             lstm_step(z, c_prev, lambda m, out=raw: _each(torch.mm, m, proj_t, out), cell_clip, proj_clip,
                       in_place=True, record=record)
+            h_prev, c_prev = record.output, record.memory
         h, c = _final_states(h0, c0, outputs, memory, batch_sizes, starts)
         ctx.batch_sizes, ctx.starts, ctx.clips = batch_sizes, starts, (cell_clip, proj_clip)
         ctx.save_for_backward(h0, c0, weight_hh, weight_proj, gates, memory, memory_raw, tanh_memory, hidden,
@@ -85,11 +89,14 @@ class LayerSequence(torch.autograd.Function):
             grad_outputs = torch.zeros_like(outputs)
         # factors of every step at once (d/dz of the activations, the clips' masks), so each step only multiplies
         i, f, g, o = gates.chunk(4, dim=-1)  # (D, N, C) each
-        previous_c = _previous(c0, memory, batch_sizes, starts)  # (D, N, C) every step's c_{t-1}
-        into_o = tanh_memory * o * (1 - o)  # dm -> dz_o
-        into_cell = o * (1 - tanh_memory * tanh_memory)  # dm -> dc_t (before the cell clip's mask)
-        into_ifg = torch.stack([g * i * (1 - i), previous_c * f * (1 - f), i * (1 - g * g)], dim=2)  # (D, N, 3, C)
-        del previous_c
+        # s' = s - s^2 for a sigmoid s, tanh' = 1 - tanh^2: one addcmul each
+        into_o = torch.addcmul(o, o, o, value=-1).mul_(tanh_memory)  # dm -> dz_o
+        one = gates.new_ones(())
+        into_cell = torch.addcmul(one, tanh_memory, tanh_memory, value=-1).mul_(o)  # dm -> dc_t, before the clip's mask
+        into_ifg = gates.new_empty(layers, gates.shape[1], 3, cells)  # (D, N, 3, C) dc_t -> dz_i, dz_f, dz_g
+        torch.addcmul(i, i, i, value=-1, out=into_ifg[:, :, 0]).mul_(g)
+        torch.addcmul(f, f, f, value=-1, out=into_ifg[:, :, 1]).mul_(_previous(c0, memory, batch_sizes, starts))
+        torch.addcmul(one, g, g, value=-1, out=into_ifg[:, :, 2]).mul_(i)
         cell_pass = memory_raw.abs().le(cell_clip).to(memory.dtype) if cell_clip else None  # (D, N, C) 1 inside
         proj_pass = outputs_raw.abs().le(proj_clip).to(outputs.dtype) if proj_clip else None  # (D, N, P)
         if proj_pass is not None:
