@@ -387,3 +387,27 @@ def test_the_frozen_and_the_trained_step_run_under_bf16_autocast(freeze):
     (losses[0] + losses[1]).backward()
     assert math.isfinite(float(losses[0] + losses[1])) and model.softmax.weight.grad is not None
     assert (model.bilm.forward_stack.layers[0].weight_hh.grad is None) == freeze
+
+
+@pytest.mark.parametrize("clip_norm", [10.0, 0.1])  # 0.1: the clip scales every step
+def test_the_softmax_weight_learns_from_its_rows_as_from_the_dense_gradient(text_slices, tmp_path, clip_norm):
+    """Single-process Adagrad sends the softmax weight's gradient as rows (``elmo.training.row_gradients``): the
+    same losses, norms and weights as autograd's dense (V, P) gradient through torch's own Adagrad step."""
+    train, _, vocab_file = text_slices
+    config = micro_train_config(max_steps=6, clip_norm=clip_norm)
+    runs = []
+    for name, rows in (("rows", True), ("dense", False)):
+        trainer = Trainer(config, [train], tmp_path / name, vocab=Vocabulary.load(vocab_file), progress=False)
+        assert trainer.model.softmax.row_gradients is not None
+        if not rows:
+            trainer.model.softmax.row_gradients = None
+        metrics = [trainer.train_step() for _ in range(6)]
+        assert trainer.model.softmax.weight.grad is None if rows else trainer.model.softmax.weight.grad is not None
+        runs.append((metrics, _weights(trainer.model), trainer.optimizer.state[trainer.model.softmax.weight]))
+    (rows_metrics, rows_weights, rows_state), (dense_metrics, dense_weights, dense_state) = runs
+    for a, b in zip(rows_metrics, dense_metrics):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+    for name in dense_weights:
+        torch.testing.assert_close(rows_weights[name], dense_weights[name], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rows_state["sum"], dense_state["sum"], rtol=1e-5, atol=1e-6)
+    assert float(rows_state["step"]) == float(dense_state["step"]) == 6

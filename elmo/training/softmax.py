@@ -17,15 +17,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmo.errors import UsageError
+from elmo.training.row_gradients import RowGradients
 
 
 class LMSoftmax(nn.Module):
-    """``logits = h W^T + b`` over the vocabulary; W (V, P) initialised N(0, 1/sqrt(P)), b zeros (bilm-tf)."""
+    """``logits = h W^T + b`` over the vocabulary; W (V, P) initialised N(0, 1/sqrt(P)), b zeros (bilm-tf).
+
+    ``row_gradients``: where the sampled softmax's lookups of W send their gradient instead of ``weight.grad`` (set
+    by the trainer for single-process Adagrad: ``elmo.training.row_gradients``); None: the usual dense gradient.
+    """
 
     def __init__(self, vocab_size: int, dim: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(vocab_size, dim) / math.sqrt(dim))
         self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.row_gradients: RowGradients | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -46,7 +52,11 @@ class LMSoftmax(nn.Module):
         P = 128). Negative ids (positions without a target) take row 0; their loss is masked out."""
         ids = torch.cat([i.clamp(min=0) for i in id_sets])
         sizes = [len(i) for i in id_sets]
-        return list(zip(self.weight.index_select(0, ids).split(sizes), self.bias.index_select(0, ids).split(sizes)))
+        if self.row_gradients is not None and torch.is_grad_enabled():
+            weights = self.row_gradients.gather(self.weight, ids)  # (n, P), its gradient as rows
+        else:
+            weights = self.weight.index_select(0, ids)  # (n, P)
+        return list(zip(weights.split(sizes), self.bias.index_select(0, ids).split(sizes)))
 
     def sampled_loss(self, hidden: torch.Tensor, targets: torch.Tensor, candidates: torch.Tensor,
                      log_expected_targets: torch.Tensor, log_expected_candidates: torch.Tensor,

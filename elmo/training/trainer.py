@@ -35,6 +35,7 @@ from elmo.training.checkpoint import Checkpoint, save_checkpoint
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
+from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
 from elmo.training.run_start import Distributed, settle_run
 from elmo.training.softmax import LogUniformSampler
 
@@ -82,6 +83,8 @@ class Trainer:
         torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank, and so do the negatives
         self._build_model(checkpoint, start)
         self.optimizer = self._make_optimizer()
+        if self.env.world == 1 and config.optimizer == "adagrad":  # DDP all-reduces dense gradients only
+            self.model.softmax.row_gradients = RowGradients()
         # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
         self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
         self._open_streams(files, tokenizer)
@@ -228,9 +231,13 @@ class Trainer:
                                          freeze_bilm=frozen)
         loss = 0.5 * (losses[0] + losses[1])
         self.optimizer.zero_grad(set_to_none=True)
+        row_gradients = self.model.softmax.row_gradients
+        if row_gradients is not None:
+            row_gradients.clear()  # nothing left over from an interrupted step
         (loss * self.config.unroll_steps).backward()
+        rows = row_gradients.take() if row_gradients is not None else None  # the softmax weight's: (ids, rows)
         # after DDP's all-reduce the norm is the same on every rank, so all ranks skip a bad batch together
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        norm = clip_with_rows(list(self.model.parameters()), rows[1] if rows else None, self.config.clip_norm)
         self.step += 1
         self.tokens_seen += sum(b.tokens for b in batches) // 2 * self.env.world
         metrics = {"loss": float(loss.detach()), "forward": float(losses[0].detach()),
@@ -241,6 +248,10 @@ class Trainer:
             return {**metrics, "skipped": 1.0}
         self.bad_steps = 0
         self.optimizer.step()
+        if rows is not None:
+            group = self.optimizer.param_groups[0]
+            adagrad_rows(self.model.softmax.weight, self.optimizer.state[self.model.softmax.weight], *rows,
+                         group["lr"], group["eps"])
         self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in self.states]
         return metrics
 
