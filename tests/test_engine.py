@@ -2,7 +2,6 @@
 the model, is a snapshot of the weights it was built from, and is rebuilt (not invalidated) when they change."""
 
 import copy
-import threading
 
 import pytest
 import torch
@@ -119,54 +118,6 @@ def test_the_frozen_elmo_output_trains_a_head():
     out = elmo(batch_to_ids(BATCH))["elmo_representations"][0]
     out.sum().backward()
     assert elmo.readouts[0].weights.grad is not None
-
-
-def test_the_two_directions_run_at_once_on_the_worker_thread_with_the_same_numbers(monkeypatch):
-    bilm = random_bilm(small_config(), seed=3).eval()
-    engine = InferenceEngine.build(bilm)
-    ids = batch_to_ids(BATCH)
-    threads = {}  # direction -> the thread that ran it
-    run_stack = engine.run_stack
-    here = threading.current_thread().name
-
-    def recording(direction, *args):
-        threads[direction] = threading.current_thread().name
-        return run_stack(direction, *args)
-
-    monkeypatch.setattr(engine, "run_stack", recording)
-    previous = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        together = engine(ids)
-        assert threads[0] == here and threads[1].startswith("elmo-backward-lm")
-        torch.set_num_threads(1)  # a user's one thread is respected: one direction after the other, here
-        alone = engine(ids)
-        assert threads == {0: here, 1: here}
-    finally:
-        torch.set_num_threads(previous)
-    for a, b in zip(together.layers, alone.layers):
-        assert torch.equal(a, b)
-    engine.close()
-    assert engine.worker is None
-
-
-def test_an_error_in_either_direction_reaches_the_caller(monkeypatch):
-    engine = InferenceEngine.build(random_bilm(small_config(), seed=3).eval())
-    run_stack = engine.run_stack
-
-    def failing(direction, *args):
-        if direction == 1:
-            raise RuntimeError("backward direction failed")
-        return run_stack(direction, *args)
-
-    monkeypatch.setattr(engine, "run_stack", failing)
-    previous = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        with pytest.raises(RuntimeError, match="backward direction failed"):
-            engine(batch_to_ids(BATCH))
-    finally:
-        torch.set_num_threads(previous)
 
 
 def test_an_elmo_module_copies_after_use_without_its_engine():

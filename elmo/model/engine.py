@@ -8,9 +8,7 @@ lives here, built once by ``InferenceEngine.build`` and dropped with the engine:
   dynamically quantised inputs, CPU only, a few 1e-2 off); LSTM states and gates stay float32 in every mode;
 * a token cache (precomputed token vectors of a word list) and a memo of recently seen words' token vectors;
 * a reusable buffer for the input projections, per thread, freed by ``close()``;
-* in stateful mode, the states carried from batch to batch;
-* on the CPU, a worker thread that runs the backward direction's stack while the calling thread runs the forward
-  one (``_stacks``), freed by ``close()``.
+* in stateful mode, the states carried from batch to batch.
 
 The engine never changes the module it was built from (no ``.to``, ``.eval``, no attributes written). It does not
 watch the weights: after they change (training, ``load_state_dict``), ``rebuild()`` it or build a new one.
@@ -19,9 +17,7 @@ watch the weights: after they change (training, ``load_state_dict``), ``rebuild(
 from __future__ import annotations
 
 import copy
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Sequence
 
 import torch
@@ -99,8 +95,6 @@ class InferenceEngine:
         self.cache_words = list(cache_words) if cache_words is not None else bilm.cache_words
         self.memo_words = memo_words
         self.carrier = StateCarrier()
-        self.worker: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, the pool)
-        self.worker_lock = threading.Lock()
         self.rebuild()
 
     @classmethod
@@ -144,10 +138,6 @@ class InferenceEngine:
         """Free what the engine holds (packed matrices, memo, buffers); ``rebuild()`` makes them again."""
         self.layers, self.memo, self.token_cache, self.scratch = [[], []], None, None, None
         self.carrier.reset()
-        with self.worker_lock:
-            if self.worker is not None and self.worker[0] == os.getpid():
-                self.worker[1].shutdown()
-            self.worker = None
 
     def forget_tokens(self) -> None:
         """Empty the memo of recently seen words (so later numbers never depend on earlier inputs' order)."""
@@ -174,28 +164,9 @@ class InferenceEngine:
 
     def _stacks(self, x_forward: torch.Tensor, x_backward: torch.Tensor, batch_sizes: list[int],
                 forward_states: list[State], backward_states: list[State]):
-        """Both directions' stacks. On the CPU with two or more threads they run at the same time, the backward one on
-        the engine's worker thread: the two directions share nothing until their outputs are joined, and one
-        direction's element-wise steps and Python overhead overlap the other's matrix products (1.2x at batch 1 and
-        1.3x at batch 32 on a 2-core AMD EPYC, BENCHMARKS.md). Same numbers as one after the other."""
-        if self.device.type != "cpu" or torch.get_num_threads() < 2:
-            return (self.run_stack(0, x_forward, batch_sizes, forward_states),
-                    self.run_stack(1, x_backward, batch_sizes, backward_states))
-        backward = self._worker().submit(self.run_stack, 1, x_backward, batch_sizes, backward_states)
-        try:
-            forward = self.run_stack(0, x_forward, batch_sizes, forward_states)
-        except BaseException:
-            wait([backward])  # nothing of this call keeps running once it has raised
-            raise
-        return forward, backward.result()
-
-    def _worker(self) -> ThreadPoolExecutor:
-        """The engine's one worker thread, started on first use (again in a forked child, which inherits the pool
-        but not its thread)."""
-        with self.worker_lock:
-            if self.worker is None or self.worker[0] != os.getpid():
-                self.worker = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-backward-lm"))
-            return self.worker[1]
+        """Both directions' stacks, one after the other."""
+        return (self.run_stack(0, x_forward, batch_sizes, forward_states),
+                self.run_stack(1, x_backward, batch_sizes, backward_states))
 
     def _encode(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(N, W) -> (N, P): each distinct token once, cached or remembered words looked up, the others computed."""
