@@ -70,7 +70,8 @@ class Elmo(nn.Module):
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
     def __getstate__(self) -> dict:
-        """Copies and pickles leave the engine out (threads, packed matrices): the copy builds its own on first use."""
+        """Copies and pickles leave the engine out (its packed matrices and buffers cannot be copied): a copy builds its
+        own on first use."""
         return {**self.__dict__, "_engine": None}
 
     def drop_engine(self) -> None:
