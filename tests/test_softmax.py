@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from elmo.training.row_gradients import RowGradients
 from elmo.training.softmax import LMSoftmax, LogUniformSampler
 
 
@@ -197,3 +198,21 @@ def test_sample_is_the_first_distinct_ids_in_draw_order():
     assert len(seen) == 50  # 100 draws were enough for this seed, so the sampler drew no more
     candidates, sampler_tries = sampler.sample(50)
     assert candidates.tolist() == seen and sampler_tries == tries
+
+
+def test_row_gradients_sum_each_rows_share_as_the_dense_gradient_does():
+    """Two lookups with repeated and shared ids: the collected rows, summed per id, are the dense gradient's rows."""
+    torch.manual_seed(0)
+    weight = torch.randn(30, 4, requires_grad=True)
+    first, second = torch.tensor([3, 7, 3, 0]), torch.tensor([7, 29, 29])
+    upstream = [torch.randn(4, 4), torch.randn(3, 4)]
+    dense = torch.autograd.grad(sum((weight.index_select(0, i) * g).sum() for i, g in zip((first, second), upstream)),
+                                weight)[0]  # (30, 4)
+    collector = RowGradients()
+    loss = sum((collector.gather(weight, i) * g).sum() for i, g in zip((first, second), upstream))
+    loss.backward()
+    assert weight.grad is None
+    ids, rows = collector.take()
+    assert ids.tolist() == [0, 3, 7, 29] and collector.take() is None
+    torch.testing.assert_close(rows, dense[ids])
+    assert not dense[[i for i in range(30) if i not in ids.tolist()]].any()
