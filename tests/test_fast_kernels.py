@@ -133,17 +133,25 @@ def test_length_groups_keep_every_token_exact(fixture_model):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5])
-def test_one_row_blocks_give_the_plain_product(rows):
-    """A wide matrix held also in column blocks (batch 1's faster one-row product) multiplies like ``addmm``: with no
-    addend, a bias and a per-row term; more rows take the packed product."""
+@pytest.mark.parametrize("shape, count", [((2048, 256), packed.ONE_ROW_BLOCKS), ((512, 1024), 16)])
+def test_one_row_blocks_give_the_plain_product(rows, shape, count):
+    """A matrix held also in column blocks (batch 1's faster one-row product: 2 blocks of a wide matrix, 32-column
+    blocks of a narrow one) multiplies like ``addmm``: with no addend, a bias and a per-row term; more rows take the
+    packed product."""
     if not packed.onednn_packing_available():
         pytest.skip("this PyTorch build has no oneDNN packed product (the blocks are made only beside it)")
     torch.manual_seed(6)
-    weight, x = torch.randn(2048, 256) / 16, torch.randn(rows, 256)  # large enough to be packed
-    bias, per_row = torch.randn(2048), torch.randn(rows, 2048)
+    out, inner = shape
+    weight, x = torch.randn(out, inner) / 16, torch.randn(rows, inner)  # large enough to be packed
+    bias, per_row = torch.randn(out), torch.randn(rows, out)
     multiplier = RightMultiplier(weight, one_row_blocks=True)
-    blocks = packed.ONE_ROW_BLOCKS
-    assert multiplier.blocks is not None and multiplier.blocks.shape == (blocks, 256, 2048 // blocks)
+    assert multiplier.blocks is not None and multiplier.blocks.shape == (count, inner, out // count)
     for add, want in ((None, x @ weight.t()), (bias, torch.addmm(bias, x, weight.t())),
                       (per_row, torch.addmm(per_row, x, weight.t()))):
         torch.testing.assert_close(multiplier(x, add), want, rtol=0, atol=1e-5)
+
+
+def test_how_many_one_row_blocks():
+    assert packed.one_row_block_count(16_384) == packed.ONE_ROW_BLOCKS  # W_hh^T of the original model
+    assert packed.one_row_block_count(512) == 512 // packed.NARROW_BLOCK_WIDTH  # its W_proj^T
+    assert packed.one_row_block_count(500) is None and packed.one_row_block_count(4_097) is None

@@ -57,7 +57,7 @@ class ProjectionScratch(threading.local):
 
 
 class FrozenLayer:
-    """One LSTM layer's weights as multipliers (W_hh^T and W_proj^T packed, W_hh^T also in column blocks for one-row
+    """One LSTM layer's weights as multipliers (W_hh^T and W_proj^T packed, and also in column blocks for one-row
     products; W_ih^T, which multiplies a whole layer's positions at once, packed only by oneDNN: ``elmo.model.packed``)
     and a copy of its bias."""
 
@@ -68,7 +68,7 @@ class FrozenLayer:
             weight_ih, weight_hh, weight_proj = weights
             self.products = (right_multiplier(weight_ih, lstm_dtype, many_rows=True),  # a whole layer's positions
                              right_multiplier(weight_hh, lstm_dtype, one_row_blocks=True),  # batch 1 streams it
-                             right_multiplier(weight_proj, lstm_dtype))
+                             right_multiplier(weight_proj, lstm_dtype, one_row_blocks=True))
             self.bias = layer.bias.detach().to(device).clone()  # (4C,)
         self.cell_clip, self.proj_clip = layer.cell_clip, layer.proj_clip
         self.scratch = scratch

@@ -29,7 +29,9 @@ import torch
 
 _ROWS_HINT = 32  # both libraries ask for a row count to pack for; any count can use the packed copy (checked below)
 MIN_PACKED_ELEMENTS = 1 << 20  # smaller matrices are not packed by MKL: it pads every packed matrix to at least 8 MB
-ONE_ROW_BLOCKS = 2  # column blocks of a one-row product (``RightMultiplier(one_row_blocks=True)``): one per core
+ONE_ROW_BLOCKS = 2  # column blocks of a wide matrix's one-row product (``RightMultiplier(one_row_blocks=True)``)
+NARROW_COLUMNS = 1_024  # a matrix with at most this many columns (the projection, 4,096 -> 512) is narrow: its
+NARROW_BLOCK_WIDTH = 32  # one-row product runs over blocks of 32 columns instead (see ``one_row_block_count``)
 MIN_ONEDNN_ELEMENTS = 1 << 19  # below, oneDNN's ~15 us per call eats the gain (AMD EPYC, 8-32 rows: 4,096 x 128
 # 2.2x plain mm, 128 x 1,024 1.1-1.3x, 64 x 256 slower)
 
@@ -83,6 +85,17 @@ def onednn_packing_available(dtype: torch.dtype = torch.float32) -> bool:
         return False
 
 
+def one_row_block_count(out_features: int) -> int | None:
+    """How many column blocks a matrix with ``out_features`` columns is held in for one-row products (None: none).
+
+    Measured on the AMD EPYC (2 cores), original-size matrices streamed from memory: W_hh^T (512 x 16,384) in 2
+    blocks (one per core) 23-33 GB/s against the packed product's 17-19; W_proj^T (4,096 x 512) in blocks of 32
+    columns 17-40 GB/s against 14-18, where 2 blocks gave 12-14 (and W_hh^T in 32-column blocks 11-28)."""
+    if out_features <= NARROW_COLUMNS:
+        return out_features // NARROW_BLOCK_WIDTH if out_features % NARROW_BLOCK_WIDTH == 0 else None
+    return ONE_ROW_BLOCKS if out_features % ONE_ROW_BLOCKS == 0 else None
+
+
 def packing_library(weight: torch.Tensor, dtype: torch.dtype | None = None, many_rows: bool = False) -> str | None:
     """Which library ``RightMultiplier`` packs ``weight`` with for products in ``dtype``: "onednn", "mkl", or None
     (a plain transposed copy). ``many_rows``: a matrix multiplied by many rows per call, packed by oneDNN only."""
@@ -110,13 +123,12 @@ class RightMultiplier:
         self.dtype = dtype = dtype or weight.dtype
         self.packed, self.out_features = None, weight.shape[0]
         self.library = packing_library(weight, dtype, many_rows)
-        # a one-row product of a wide matrix (batch 1: x (1, 512) by W_hh^T (512, 16,384)) streams the matrix from
-        # memory; as ONE_ROW_BLOCKS column blocks in one batched product it streams ~1.3x faster than the packed
-        # product (both cores read), at the cost of one more copy of the matrix
+        # a one-row product (batch 1: x (1, 512) by W_hh^T (512, 16,384)) streams the matrix from memory; as column
+        # blocks in one batched product it streams faster than the packed product, for one more copy of the matrix
         self.blocks = None
-        if (one_row_blocks and self.library == "onednn" and dtype == torch.float32
-                and self.out_features % ONE_ROW_BLOCKS == 0):
-            self.blocks = (weight.detach().t().reshape(weight.shape[1], ONE_ROW_BLOCKS, -1)
+        count = one_row_block_count(self.out_features)
+        if one_row_blocks and self.library == "onednn" and dtype == torch.float32 and count:
+            self.blocks = (weight.detach().t().reshape(weight.shape[1], count, -1)
                            .permute(1, 0, 2).contiguous())  # (S, in, out / S)
         if self.library == "onednn":
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), _ROWS_HINT)
@@ -134,10 +146,11 @@ class RightMultiplier:
         return a new tensor); use the returned tensor either way.
         """
         if self.blocks is not None and x.shape[0] == 1 and x.dtype == torch.float32:
-            rows = x.expand(ONE_ROW_BLOCKS, 1, x.shape[1])  # (S, 1, in): the same row for every block
+            blocks = self.blocks.shape[0]
+            rows = x.expand(blocks, 1, x.shape[1])  # (S, 1, in): the same row for every block
             if add is None:
                 return torch.bmm(rows, self.blocks).view(1, -1)  # (S, 1, out / S) is (1, out) in memory
-            return torch.baddbmm(add.expand(1, -1).reshape(ONE_ROW_BLOCKS, 1, -1), rows, self.blocks).view(1, -1)
+            return torch.baddbmm(add.expand(1, -1).reshape(blocks, 1, -1), rows, self.blocks).view(1, -1)
         if self.packed is not None:
             if x.shape[0] == 0:  # the packed products refuse an empty input
                 empty = x.new_zeros(0, self.out_features)
@@ -194,7 +207,7 @@ def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None, man
     """The inference multiplier for ``weight`` in the given matmul dtype (None: the weight's own; torch.bfloat16;
     torch.qint8: dynamic int8 quantisation). ``many_rows`` for a matrix multiplied by many rows per call (packed by
     oneDNN only: MKL's packed product is no faster there and cannot write into a buffer); ``one_row_blocks`` for a
-    wide matrix multiplied by one row (batch 1)."""
+    matrix multiplied by one row (batch 1), held also in column blocks (``one_row_block_count``)."""
     if dtype == torch.qint8:
         return Int8RightMultiplier(weight)
     return RightMultiplier(weight, dtype, many_rows, one_row_blocks)
