@@ -135,9 +135,9 @@ def test_nlpl_folder_caches_its_vocabulary_without_changing_any_vector(source, t
     assert cache is not None and len(cache) == len(set(VOCAB))
     assert loaded.tokenizer_name is None  # whitespace-tokenised training text
     assert_same(loaded, source)
-    words = list(dict.fromkeys(VOCAB))  # the cache holds exactly the CNN's vectors of the vocabulary ...
-    with torch.no_grad():
-        assert torch.equal(cache.vectors, source.char_encoder(batch_to_ids([words])[0]))
+    words = list(dict.fromkeys(VOCAB))  # the cache holds the CNN's vectors of the vocabulary (to float32 rounding:
+    with torch.no_grad():  # the engine multiplies by packed copies of the highway and projection matrices) ...
+        torch.testing.assert_close(cache.vectors, source.char_encoder(batch_to_ids([words])[0]), rtol=1e-6, atol=1e-6)
     for a, b in zip(vectors(loaded, cache=True), vectors(loaded), strict=True):  # ... and the vectors stay within the last bit that
         assert (a - b).abs().max().item() <= 1e-6  # depends on which words share a CNN batch (tests/test_modes.py)
 

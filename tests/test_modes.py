@@ -48,7 +48,8 @@ def test_stateful_rows_carry_state_and_reset_returns_to_zero():
     fresh = random_bilm(small_config())
     a, b, c = ["the", "bank"], ["a", "river"], ["it", "was", "closed"]
     first = _top(model, [a, b, c])
-    assert all(torch.allclose(x, y) for x, y in zip(first, _top(fresh, [a, b, c])))
+    for x, y in zip(first, _top(fresh, [a, b, c])):  # the engine's packed products round differently from the module's
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
     second = _top(model, [a, b, c])
     assert not torch.allclose(second[0], first[0])  # row 0 continued from its state
     # a smaller batch leaves row 2 untouched: running a 3-row batch afterwards continues row 2 from batch 2

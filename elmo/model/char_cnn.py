@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -10,6 +11,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmo.config import CharCNNConfig
+
+
+Linear = Callable[[torch.Tensor], torch.Tensor]  # x (n, in) -> x W^T + b (n, out)
+
+
+class TokenLinears(NamedTuple):
+    """The encoder's matrix layers as other callables than its own ``nn.Linear`` modules (inference runs them as
+    ``elmo.model.packed.FrozenLinear``): each highway layer's (gate, transform), then the projection."""
+
+    highways: list[tuple[Linear, Linear]]
+    projection: Linear
 
 
 class Highway(nn.Module):
@@ -23,9 +35,11 @@ class Highway(nn.Module):
         self.gate = nn.Linear(size, size)
         self.transform = nn.Linear(size, size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = torch.sigmoid(self.gate(x))  # (N, F)
-        return g * F.relu(self.transform(x)) + (1.0 - g) * x
+    def forward(self, x: torch.Tensor, linears: tuple[Linear, Linear] | None = None) -> torch.Tensor:
+        """x (N, F) -> (N, F); ``linears``: (gate, transform) to use instead of this module's own layers."""
+        gate, transform = linears or (self.gate, self.transform)
+        g = torch.sigmoid(gate(x))  # (N, F)
+        return g * F.relu(transform(x)) + (1.0 - g) * x
 
 
 class CharEncoder(nn.Module):
@@ -80,8 +94,9 @@ class CharEncoder(nn.Module):
         unique, inverse = unique_rows(char_ids)  # (U, W), (N,)
         return self(unique)[inverse]  # (N, P)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(N, W) ids of N real tokens -> (N, P) token vectors.
+    def forward(self, char_ids: torch.Tensor, linears: TokenLinears | None = None) -> torch.Tensor:
+        """(N, W) ids of N real tokens -> (N, P) token vectors; ``linears``: the highway and projection layers to run
+        instead of this module's own (the inference engine's packed copies).
 
         Short words are most words: tokens are grouped by length, and each group runs over its own trimmed
         character axis (``length_groups``), with the same values as over all W slots.
@@ -95,9 +110,9 @@ class CharEncoder(nn.Module):
             parts = [self._max_pooled(char_ids[rows, :width], kernel, bias) for rows, width in groups]
             features = torch.cat(parts)[torch.argsort(order)]  # (N, F) back in the callers' order
         x = self._activation(features)  # (N, F)
-        for highway in self.highways:
-            x = highway(x)  # (N, F)
-        return self.projection(x)  # (N, P)
+        for index, highway in enumerate(self.highways):
+            x = highway(x, linears.highways[index] if linears else None)  # (N, F)
+        return (linears.projection if linears else self.projection)(x)  # (N, P)
 
     def _kernel(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All convolutions as one matrix over a window of the widest filter's width: (K E, F) and the biases (F,).

@@ -6,6 +6,7 @@ lives here, built once by ``InferenceEngine.build`` and dropped with the engine:
 * the LSTM matrices pre-packed for BLAS (``elmo.model.packed``), in the chosen precision: "fp32" (exact), "bf16"
   (matrix products and convolutions in bfloat16, about 1e-2 off) or "int8" (the LSTM products with int8 weights and
   dynamically quantised inputs, CPU only, a few 1e-2 off); LSTM states and gates stay float32 in every mode;
+* in fp32 on the CPU, the character encoder's highway and projection matrices packed too (``FrozenLinear``);
 * a token cache (precomputed token vectors of a word list) and a memo of recently seen words' token vectors;
 * a reusable buffer for the input projections, per thread, freed by ``close()``;
 * in stateful mode, the states carried from batch to batch.
@@ -26,9 +27,9 @@ from elmo.config import ElmoConfig
 from elmo.devices import check_device
 from elmo.errors import UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
-from elmo.model.char_cnn import CharEncoder, unique_rows
+from elmo.model.char_cnn import CharEncoder, TokenLinears, unique_rows
 from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
-from elmo.model.packed import right_multiplier
+from elmo.model.packed import FrozenLinear, right_multiplier
 from elmo.model.state import StateCarrier
 from elmo.model.token_cache import TokenCache, TokenMemo, build_token_cache
 
@@ -124,6 +125,7 @@ class InferenceEngine:
         # the encoder runs as it is where it already lives (it holds no state a forward pass changes); elsewhere a copy
         self.encoder: CharEncoder = source if same_place else copy.deepcopy(source).to(self.device)
         self.encoder_dtype = encoder_dtype
+        self.token_linears = self._frozen_linears() if encoder_dtype is None and self.device.type == "cpu" else None
         self.scratch = ProjectionScratch() if lstm_dtype is None else None
         self.layers = [[FrozenLayer(layer, lstm_dtype, self.device, self.scratch) for layer in stack.layers]
                        for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
@@ -137,6 +139,7 @@ class InferenceEngine:
     def close(self) -> None:
         """Free what the engine holds (packed matrices, memo, buffers); ``rebuild()`` makes them again."""
         self.layers, self.memo, self.token_cache, self.scratch = [[], []], None, None, None
+        self.token_linears = None
         self.carrier.reset()
 
     def forget_tokens(self) -> None:
@@ -189,4 +192,10 @@ class InferenceEngine:
         if self.encoder_dtype is not None and char_ids.device.type == "cpu":
             with torch.autocast("cpu", dtype=self.encoder_dtype):
                 return self.encoder(char_ids).float()
-        return self.encoder(char_ids)
+        return self.encoder(char_ids, self.token_linears)
+
+    def _frozen_linears(self) -> TokenLinears:
+        """The encoder's highway and projection layers packed for products of many rows (float32 on the CPU)."""
+        with torch.no_grad():
+            return TokenLinears([(FrozenLinear(h.gate), FrozenLinear(h.transform)) for h in self.encoder.highways],
+                                FrozenLinear(self.encoder.projection))

@@ -213,6 +213,20 @@ def right_multiplier(weight: torch.Tensor, dtype: torch.dtype | None = None, man
     return RightMultiplier(weight, dtype, many_rows, one_row_blocks)
 
 
+class FrozenLinear:
+    """``x -> x W^T + b`` with an ``nn.Linear``'s weights as they are now, held as a ``RightMultiplier`` of a matrix
+    multiplied by many rows at once (inference: the character encoder's highway and projection layers, one row per
+    distinct token; oneDNN's packed 2,048 x 2,048 product is 2.3x ``nn.Linear`` at 33 rows, 1.4x at 800, AMD EPYC)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        self.product = RightMultiplier(linear.weight.detach(), many_rows=True)
+        self.bias = linear.bias.detach().clone() if linear.bias is not None else None  # (out,)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (n, in) -> (n, out)."""
+        return self.product(x, self.bias)
+
+
 class AutogradRightMultiplier:
     """The same call for training: ``x @ W^T (+ add)`` through autograd, W a contiguous transposed copy made once
     per forward pass (faster per step than multiplying by a transposed view)."""
