@@ -155,3 +155,15 @@ def test_how_many_one_row_blocks():
     assert packed.one_row_block_count(16_384) == packed.ONE_ROW_BLOCKS  # W_hh^T of the original model
     assert packed.one_row_block_count(512) == 512 // packed.NARROW_BLOCK_WIDTH  # its W_proj^T
     assert packed.one_row_block_count(500) is None and packed.one_row_block_count(4_097) is None
+
+
+@pytest.mark.parametrize("shape, count", [((2048, 256), 2), ((1500, 64), 2), ((512, 1024), 16)])
+def test_one_row_blocks_hold_the_columns_of_the_transposed_matrix(shape, count):
+    """Block s is columns s w ... (s + 1) w - 1 of W^T, whichever way it was made (transposed piece by piece, some
+    pieces shorter than TRANSPOSE_ROWS, or as views of a copy); and it is a copy: W may change afterwards."""
+    weight = torch.randn(*shape)
+    blocks = packed.one_row_blocks_of(weight, count)
+    expected = weight.t().reshape(shape[1], count, -1).permute(1, 0, 2)
+    assert torch.equal(blocks, expected)
+    weight.add_(1.0)
+    assert not torch.equal(blocks, weight.t().reshape(shape[1], count, -1).permute(1, 0, 2))
