@@ -146,9 +146,13 @@ def test_one_row_blocks_give_the_plain_product(rows, shape, count):
     bias, per_row = torch.randn(out), torch.randn(rows, out)
     multiplier = RightMultiplier(weight, one_row_blocks=True)
     assert multiplier.blocks is not None and multiplier.blocks.shape == (count, inner, out // count)
-    for add, want in ((None, x @ weight.t()), (bias, torch.addmm(bias, x, weight.t())),
-                      (per_row, torch.addmm(per_row, x, weight.t()))):
+    assert multiplier.packed is None  # packed from the blocks at the first product of several rows
+    weight_at_build = weight.clone()
+    weight.mul_(2.0)  # the multiplier holds the weight it was built from, packed early or late
+    for add, want in ((None, x @ weight_at_build.t()), (bias, torch.addmm(bias, x, weight_at_build.t())),
+                      (per_row, torch.addmm(per_row, x, weight_at_build.t()))):
         torch.testing.assert_close(multiplier(x, add), want, rtol=0, atol=1e-5)
+    assert (multiplier.packed is not None) == (rows > 1)
 
 
 def test_how_many_one_row_blocks():
