@@ -16,8 +16,8 @@ bf16 copies are packed by oneDNN too; on the AMD EPYC they gave the same bits as
 oneDNN's packed product is also the fastest for a matrix multiplied by many rows at once (the input projections of
 a whole layer: 2.5x ``addmm`` at 26 rows, 1.5x at 800 on the AMD EPYC), so those are packed too where oneDNN is
 available. Where it is not, such a matrix is not packed (``many_rows=True``: MKL's packed product is no faster
-there), and neither is a small matrix or one on another device: a contiguous transposed copy is used, which BLAS multiplies
-faster than a transposed view; that path can also write into a caller's buffer (``out``).
+there), and neither is a small matrix or one on another device: a contiguous transposed copy is used, which BLAS
+multiplies faster than a transposed view; that path can also write into a caller's buffer (``out``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ MIN_PACKED_ELEMENTS = 1 << 20  # smaller matrices are not packed by MKL: it pads
 ONE_ROW_BLOCKS = 2  # column blocks of a wide matrix's one-row product (``RightMultiplier(one_row_blocks=True)``)
 NARROW_COLUMNS = 1_024  # a matrix with at most this many columns (the projection, 4,096 -> 512) is narrow: its
 NARROW_BLOCK_WIDTH = 32  # one-row product runs over blocks of 32 columns instead (see ``one_row_block_count``)
+TRANSPOSE_ROWS = 256  # rows of W transposed per copy when a block is made: a cache-sized piece (a whole-matrix
+# transposing copy of W_hh, 16,384 x 512, took 34 ms; in pieces of 256 rows 26 ms; a plain copy 15 ms)
 MIN_ONEDNN_ELEMENTS = 1 << 19  # below, oneDNN's ~15 us per call eats the gain (AMD EPYC, 8-32 rows: 4,096 x 128
 # 2.2x plain mm, 128 x 1,024 1.1-1.3x, 64 x 256 slower)
 
@@ -95,10 +97,6 @@ def one_row_block_count(out_features: int) -> int | None:
     if out_features <= NARROW_COLUMNS:
         return out_features // NARROW_BLOCK_WIDTH if out_features % NARROW_BLOCK_WIDTH == 0 else None
     return ONE_ROW_BLOCKS if out_features % ONE_ROW_BLOCKS == 0 else None
-
-
-TRANSPOSE_ROWS = 256  # rows of W transposed per copy when a block is made: a cache-sized piece (a whole-matrix
-# transposing copy of W_hh, 16,384 x 512, took 34 ms; in pieces of 256 rows 26 ms; a plain copy 15 ms)
 
 
 def one_row_blocks_of(weight: torch.Tensor, count: int) -> torch.Tensor:
