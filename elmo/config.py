@@ -8,6 +8,7 @@ warning and dropped; wrong types fail with one line naming the key.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -217,6 +218,8 @@ def _read_options(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply to be an options file") from None
+    except ValueError as err:  # e.g. an integer longer than Python converts (4,300 digits)
+        raise ConfigError(f"{path}: not a readable options file ({err})") from None
 
 
 # ---- size presets (docs/format.md §1, released configurations) -------------------------------------------------------
@@ -312,6 +315,6 @@ def _clip(obj: dict, key: str, source: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{source}: lstm.{key} must be a number or null, got {value!r}")
-    if value < 0:
-        raise ConfigError(f"{source}: lstm.{key} must be >= 0, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{source}: lstm.{key} must be a finite number >= 0 (0 or null: no clip), got {value!r}")
     return float(value) if value > 0 else None  # 0 means "no clip" in bilm-tf

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from elmo.batching import length_batches, run_batch
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import check_free_space, same_file
+from elmo.io.atomic import check_free_space, new_folders, same_file, writable_file
 from elmo.io.lock import lock_beside
 from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
 from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
@@ -123,8 +123,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
     _check_paths(Path(input_path), Path(output_path))
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
-    Path(output_path).absolute().parent.mkdir(parents=True, exist_ok=True)
-    with lock_beside(output_path):
+    with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)
         engine = model if isinstance(model, InferenceEngine) else InferenceEngine.build(bilm, device=device)
         sha256 = weights_sha256(bilm)
@@ -188,6 +187,10 @@ def _scan_input(input_path: str | Path, errors: str) -> TextScan:
         raise InputFileError(str(err)) from None
     if scan.longest > MAX_TOKENS_PER_LINE:
         raise InputFileError(_too_many_tokens(input_path, scan.longest_line, scan.longest))
+    if scan.carriage_return_line:  # AllenNLP's reader would start a new sentence there; whitespace splitting would not
+        raise InputFileError(f"{input_path}, line {scan.carriage_return_line}: a carriage return (\\r) inside the "
+                             f"line (old Mac line ends?); elmo reads one sentence per \\n: convert them first, "
+                             f"e.g. tr '\\r' '\\n' < IN > OUT")
     return scan
 
 
@@ -222,6 +225,7 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
                              f"check it, then to embed it): save it to a file first")
     if output_path.is_dir():
         raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {output_path / 'out.hdf5'})")
+    writable_file(output_path)  # not a device or a pipe, which the merged file's rename would replace
     if same_file(output_path, input_path):
         raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
     parts = Path(str(output_path) + ".parts").resolve()
@@ -272,6 +276,9 @@ def _embed_chunk(engine: InferenceEngine, chunk: list[Line], layers: OutputLayer
     return results
 
 
+NPZ_MAX_KEY_BYTES = 65_535 - len(".npy")  # a zip entry's name is at most 65,535 bytes, and NumPy adds ".npy"
+
+
 def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str | Path, npz: bool = False) -> str:
     if not use_sentence_keys:
         return str(line.number)
@@ -281,6 +288,10 @@ def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str 
         raise InputFileError(f"{where}: {key!r} cannot be an HDF5 dataset name (empty, '.', or holding '/' or "
                              f"a NUL character); "
                              f"drop --use-sentence-keys to name datasets by line number")
+    if npz and len(key.encode("utf-8")) > NPZ_MAX_KEY_BYTES:
+        raise InputFileError(f"{where}: a sentence of {len(key.encode('utf-8')):,} bytes cannot name an entry of a "
+                             f".npz archive (at most {NPZ_MAX_KEY_BYTES:,}); write .hdf5, or drop "
+                             f"--use-sentence-keys to name datasets by line number")
     if npz and key == META_KEY:
         raise InputFileError(f"{where}: {key!r} is a name the .npz archive keeps for itself; "
                              f"drop --use-sentence-keys to name datasets by line number")

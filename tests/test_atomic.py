@@ -32,3 +32,34 @@ def test_an_error_leaves_the_old_file_and_no_temporary(tmp_path):
             tmp.write_text("half")
             raise RuntimeError("crash")
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_a_device_or_pipe_is_refused_and_a_link_is_written_through(tmp_path):
+    from elmo.io.atomic import NotAFileError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotAFileError, match="not a regular file"):
+        with atomic_path(fifo) as tmp:
+            tmp.write_text("x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("old")
+    os.symlink(target, link)
+    with atomic_path(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_new_folders_are_removed_on_failure_unless_something_was_put_in_them(tmp_path):
+    from elmo.io.atomic import new_folders
+
+    with pytest.raises(RuntimeError):
+        with new_folders(tmp_path / "a" / "b" / "c"):
+            raise RuntimeError("failed")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError):
+        with new_folders(tmp_path / "a" / "b") as folder:
+            (folder.parent / "kept.txt").write_text("x")  # "a" received something: it stays, "b" goes
+            raise RuntimeError("failed")
+    assert (tmp_path / "a" / "kept.txt").exists() and not (tmp_path / "a" / "b").exists()

@@ -248,3 +248,23 @@ def test_wsd_probe_breaks_near_ties_by_wordnet_order():
     assert _accuracy([instance], lambda s, t: ["first%1", "second%1"], senses, read) == 1.0
     assert _accuracy([instance], lambda s, t: ["other%1", "first%1"], senses, read) == 1.0
     assert _accuracy([instance], lambda s, t: ["second%1", "first%1"], senses, read) == 0.0
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "no offsets", "offsets past the vectors"])
+def test_a_damaged_feature_cache_is_one_error_naming_it(tmp_path, damage):
+    import h5py
+
+    from elmo.errors import ElmoError
+    from elmo.tasks.features import FeatureCache
+
+    path = tmp_path / "features-x.h5"
+    with h5py.File(path, "w") as f:
+        if damage != "no offsets":
+            f["offsets"] = np.array([0, 2, 9 if damage == "offsets past the vectors" else 5])
+        f["vectors"] = np.zeros((5, 3, 4), dtype=np.float16)
+    if damage == "garbage":
+        path.write_bytes(b"\x89HDF\r\n" + bytes(range(256)) * 4)
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:1500])
+    with pytest.raises(ElmoError, match="damaged feature cache.*delete it"):
+        FeatureCache(path)

@@ -411,3 +411,16 @@ def test_the_softmax_weight_learns_from_its_rows_as_from_the_dense_gradient(text
         torch.testing.assert_close(rows_weights[name], dense_weights[name], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(rows_state["sum"], dense_state["sum"], rtol=1e-5, atol=1e-6)
     assert float(rows_state["step"]) == float(dense_state["step"]) == 6
+
+
+def test_a_resumed_run_drops_the_metrics_of_the_steps_it_redoes(tmp_path):
+    from elmo.training.metrics_log import drop_metrics_after
+
+    log = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (1, 10, 20)]
+    log.write_text(lines[0] + "a note of the user's\n" + lines[1] + lines[2] + '{"step": 2', encoding="utf-8")
+    drop_metrics_after(log, 16)  # the checkpoint the run resumes from is step 16
+    assert log.read_text(encoding="utf-8") == lines[0] + "a note of the user's\n" + lines[1]
+    before = log.read_bytes()
+    drop_metrics_after(log, 16)
+    assert log.read_bytes() == before

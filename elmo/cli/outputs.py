@@ -8,7 +8,9 @@ import glob
 from pathlib import Path
 
 from elmo.cli.common import STDIO, CommandLineError
-from elmo.io.atomic import same_file
+from elmo.errors import ElmoError
+from elmo.io.atomic import NotAFileError, same_file, writable_file
+from elmo.io.resolve import resolve_path
 
 _MODEL = ("model", "options", "weights")
 # command -> (its outputs, its inputs, the names a folder output receives: None for a file output)
@@ -36,7 +38,18 @@ def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[str]
                 continue
             matches = glob.glob(name) if glob.has_magic(name) else [name]
             found.extend(match for match in matches if Path(match).exists())
-    return found
+    return found + [str(file) for name in found if Path(name).is_dir() for file in _model_files(Path(name))]
+
+
+def _model_files(folder: Path) -> list[Path]:
+    """The files a model folder, checkpoint or run folder is loaded from (none if it is not one): an output must not
+    be one of them, though the command names only their folder."""
+    try:
+        files = resolve_path(folder)
+    except (ElmoError, OSError):  # not a model (or unreadable): the command itself says so
+        return []
+    return [f for f in (files.config, files.weights, files.softmax, files.vocab, files.cache_words)
+            if f is not None and f.exists()]
 
 
 def check_outputs(args: argparse.Namespace, command: str) -> None:
@@ -49,6 +62,11 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
         output = getattr(args, dest, None)
         if not isinstance(output, str) or output == STDIO:
             continue
+        if folder_names is None and not Path(output).is_dir():  # a file output: no device or pipe (a folder: below)
+            try:
+                writable_file(output)
+            except NotAFileError as err:
+                raise CommandLineError(str(err)) from None
         for name in named:
             if same_file(output, name):
                 raise CommandLineError(f"{output}: is the input {name}; the command would overwrite its own input: "

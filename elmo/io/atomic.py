@@ -15,6 +15,11 @@ from elmo.errors import ElmoError
 _NO_SPACE = ("no space left on device", "errno = 28", "disk quota exceeded", "errno = 122")
 
 
+class NotAFileError(ElmoError, OSError):
+    """An output path that names something other than a regular file (a device, a pipe, a socket, a folder):
+    replacing it with a file would destroy it."""
+
+
 class DiskWriteError(ElmoError, OSError):
     """A file could not be written for a reason outside elmo (a full disk, an I/O error): one line naming the file
     and, for a full disk, how much space there is and how much was needed."""
@@ -25,9 +30,11 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success it replaces ``target``, on error it is removed.
 
     The result gets the permissions a plain ``open(target, "w")`` would give it (the old file's mode when it
-    replaces one, otherwise 0o666 minus the umask), not the private 0o600 of a temporary file.
+    replaces one, otherwise 0o666 minus the umask), not the private 0o600 of a temporary file. A symbolic link is
+    written through (its target file is replaced, the link stays); a target that exists and is not a regular file
+    (``/dev/null``, a pipe, a folder) is refused: the rename would put a file in its place.
     """
-    target = Path(target)
+    target = writable_file(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
@@ -39,6 +46,36 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def new_folders(folder: str | Path) -> Iterator[Path]:
+    """Make ``folder`` and its missing parents; if the block then fails, remove the ones made here that are still
+    empty (a failed run leaves nothing behind; a folder that received something, such as resumable parts, stays)."""
+    folder = Path(folder)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield folder
+    except BaseException:
+        for made in missing:
+            try:
+                made.rmdir()  # only when empty
+            except OSError:
+                break
+        raise
+
+
+def writable_file(target: str | Path) -> Path:
+    """The path an atomic write of ``target`` replaces: ``target`` itself, or the file a symbolic link points to.
+    Raises ``NotAFileError`` when that exists and is not a regular file."""
+    target = Path(target)
+    if target.is_symlink():
+        target = target.resolve()
+    if target.exists() and not target.is_file():
+        kind = "a folder" if target.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        raise NotAFileError(f"{target}: is {kind}; writing would replace it: give the path of a file")
+    return target
 
 
 def same_file(a: str | Path, b: str | Path) -> bool:

@@ -24,6 +24,14 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
                   and (p / "trainer.json").is_file())
 
 
+def foreign_checkpoint_names(run_dir: str | Path) -> list[Path]:
+    """Entries of a run folder named like a checkpoint (``step-*``) that are not one (no trainer.json): not ours."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        return []
+    return sorted(p for p in run.iterdir() if p.name.startswith(PREFIX) and not (p / "trainer.json").is_file())
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory itself, or the newest one inside a run directory."""
     path = Path(path)

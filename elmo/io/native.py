@@ -166,6 +166,8 @@ def _read_json(path: Path) -> dict:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply to be a model config") from None
+    except ValueError as err:  # e.g. an integer longer than Python converts (4,300 digits)
+        raise ConfigError(f"{path}: not a readable model config ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return data

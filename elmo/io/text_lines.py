@@ -121,16 +121,19 @@ class TextScan:
     tokens: int  # whitespace-separated, all lines together
     longest: int  # whitespace-separated tokens of the longest line
     longest_line: int  # its 1-based number (0 for an empty file)
+    carriage_return_line: int = 0  # the first line with a "\r" inside it, not as part of its line end (0: none)
 
 
 def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> TextScan:
     """Decode every line once, before any work is done on the file: the first line that cannot be read raises its
     :class:`TextLineError` now (seconds), not after the lines before it were processed (hours)."""
-    tokens = longest = longest_line = 0
+    tokens = longest = longest_line = carriage_return_line = 0
     with Utf8Lines(path, errors, max_line_bytes) as lines:
         for line in lines:
             n = len(line.split())
             tokens += n
             if n > longest:
                 longest, longest_line = n, lines.number
-        return TextScan(lines.number, tokens, longest, longest_line)
+            if not carriage_return_line and "\r" in line.removesuffix("\n").removesuffix("\r"):
+                carriage_return_line = lines.number
+        return TextScan(lines.number, tokens, longest, longest_line, carriage_return_line)

@@ -30,9 +30,17 @@ class FeatureCache:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        with h5py.File(self.path, "r") as f:
-            self.offsets = f["offsets"][()]  # (S+1,)
-            self.vectors = f["vectors"][()]  # (N, L+1, D) float16, held in memory: ~1.5 kB per token
+        damaged = f"{self.path}: a damaged feature cache ({{}}); delete it and run again to rebuild it"
+        try:
+            with h5py.File(self.path, "r") as f:
+                self.offsets = f["offsets"][()]  # (S+1,)
+                self.vectors = f["vectors"][()]  # (N, L+1, D) float16, held in memory: ~1.5 kB per token
+        except (OSError, KeyError, ValueError, TypeError) as err:
+            raise UsageError(damaged.format(str(err).split("(")[0].strip() or type(err).__name__)) from None
+        offsets = self.offsets
+        if (self.vectors.ndim != 3 or offsets.ndim != 1 or len(offsets) < 1 or offsets.dtype.kind not in "iu"
+                or offsets[0] != 0 or (np.diff(offsets) < 0).any() or offsets[-1] != self.vectors.shape[0]):
+            raise UsageError(damaged.format("offsets and vectors do not match"))
         self.n_layers, self.dim = self.vectors.shape[1:]
 
     def __len__(self) -> int:

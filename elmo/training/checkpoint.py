@@ -107,7 +107,10 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         _save_tensors(tensors, tmp / "state.safetensors")
         _write_json(tmp / "trainer.json", {"step": step, **trainer})
         _fsync_dir(tmp)
-        if final.exists():  # a rerun reaching the same step: replace it
+        if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours
+            if not (final / "trainer.json").is_file():
+                raise ModelFileError(f"{final}: exists and is not a checkpoint of elmo's (no trainer.json); not "
+                                     f"replaced: move it away and resume from the last checkpoint")
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(run)

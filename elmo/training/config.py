@@ -132,6 +132,12 @@ class TrainConfig:
             data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"{path}: {err}") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); is this a training config?") from None
+        except ValueError as err:  # e.g. an integer longer than Python converts (4,300 digits)
+            raise ConfigError(f"{path}: not a readable training config ({err})") from None
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
         except RecursionError:
             raise ConfigError(f"{path}: nested too deeply to be a training config") from None
         return cls.from_dict(data, source=str(path))

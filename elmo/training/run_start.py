@@ -17,7 +17,7 @@ import torch.distributed as dist
 from elmo import pretrained
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
-from elmo.io.checkpoint import list_checkpoints, resolve_checkpoint
+from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resolve_checkpoint
 from elmo.io.resolve import resolve
 from elmo.training.checkpoint import Checkpoint, load_checkpoint
 from elmo.training.config import TrainConfig
@@ -66,7 +66,12 @@ def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, res
 
 def check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
     """A new run must not write into another run's directory: pruning would delete the new checkpoints as the
-    oldest, and a later --resume would pick up the old run."""
+    oldest, and a later --resume would pick up the old run. Nor may it hold a file or folder named like a
+    checkpoint that is not one (no trainer.json): saving that step would replace it."""
+    foreign = foreign_checkpoint_names(out_dir)
+    if foreign:
+        raise UsageError(f"{foreign[0]}: named like a checkpoint of elmo's but not one (no trainer.json); a checkpoint "
+                         f"of that step would replace it: move it away, or choose another --out")
     existing = list_checkpoints(out_dir)
     if not existing:
         return

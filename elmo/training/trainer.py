@@ -35,6 +35,7 @@ from elmo.training.checkpoint import Checkpoint, save_checkpoint
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
+from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
 from elmo.training.run_start import Distributed, settle_run
 from elmo.training.softmax import LogUniformSampler
@@ -305,6 +306,7 @@ class Trainer:
         log = (self.out_dir / "metrics.jsonl") if self.env.main else None
         if log:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+            drop_metrics_after(log, self.step)  # a killed run's steps past its checkpoint: this run redoes them
         bar = tqdm(total=cfg.max_steps, initial=self.step, unit="batch", disable=not self.progress, desc="train")
         window_tokens, window_start = 0, time.monotonic()
         _, stop = self._sync(start)

@@ -213,3 +213,70 @@ def test_invalid_utf8_far_into_a_corpus_names_its_own_line(tmp_path, capsys, com
     rc = main([a.format(f=tmp_path / "c.txt", d=tmp_path) for a in command])
     err = capsys.readouterr().err
     assert rc == 1 and "line 3000" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_carriage_returns_inside_lines_are_refused_not_merged(tmp_path, capsys):
+    """Old Mac line ends: AllenNLP's reader would see three sentences where splitting on \\n sees one."""
+    rc, _ = _embed(tmp_path, b"hello world\rfoo bar baz\rlast one\r")
+    err = capsys.readouterr().err
+    assert rc == 1 and "line 1: a carriage return" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_npz_sentence_keys_longer_than_a_zip_name_are_refused(tmp_path, capsys):
+    long_line = " ".join(f"word{i % 300}" for i in range(12_000))  # ~96 KB
+    (tmp_path / "in.txt").write_text(f"short one\n{long_line}\n", encoding="utf-8")
+    rc = main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.npz"), "--top", "--quiet", *MODEL,
+               "--use-sentence-keys"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "line 2" in err and ".npz" in err and "Traceback" not in err
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_a_failed_embed_leaves_no_folders_it_made(tmp_path, capsys):
+    (tmp_path / "in.txt").write_bytes(b"fine\nbad \xc3\x28\n")
+    out = tmp_path / "new" / "deeper" / "out.hdf5"
+    assert main(["embed", str(tmp_path / "in.txt"), str(out), "--top", "--quiet", *MODEL]) == 1
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_non_finite_clip_is_refused(tmp_path, capsys, value):
+    options = OPTIONS.read_text().replace('"cell_clip": 3', f'"cell_clip": {value}')
+    assert value in options
+    (tmp_path / "options.json").write_text(options)
+    assert main(["info", "--options", str(tmp_path / "options.json"), "--weights", str(WEIGHTS)]) == 1
+    assert "lstm.cell_clip must be a finite number" in capsys.readouterr().err
+
+
+def test_an_integer_too_long_to_read_is_one_line(tmp_path, capsys):
+    options = json.loads(OPTIONS.read_text())
+    text = json.dumps(options).replace(f'"dim": {options["lstm"]["dim"]}', '"dim": ' + "9" * 4_401)
+    (tmp_path / "options.json").write_text(text)
+    assert main(["info", "--options", str(tmp_path / "options.json"), "--weights", str(WEIGHTS)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "options.json" in err
+
+
+@pytest.mark.parametrize("content", [b"[train]\nbatch_size = 4\n# caf\xe9\n", b"[train]\nbatch_size = " + b"9" * 4401])
+def test_a_training_config_that_cannot_be_read_is_one_line(tmp_path, capsys, content):
+    (tmp_path / "bad.toml").write_bytes(content)
+    (tmp_path / "t.txt").write_text("a b\n")
+    (tmp_path / "v.txt").write_text("<S>\n</S>\n<UNK>\na\nb\n")
+    rc = main(["train", str(tmp_path / "t.txt"), "--vocab", str(tmp_path / "v.txt"), "--out", str(tmp_path / "r"),
+               "--config", str(tmp_path / "bad.toml")])
+    err = capsys.readouterr().err
+    assert rc in (1, 2) and "Traceback" not in err and "bad.toml" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_users_folder_named_like_a_checkpoint_is_refused_untouched(tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("a b a b\n" * 20)
+    (tmp_path / "v.txt").write_text("<S>\n</S>\n<UNK>\na\nb\n")
+    mine = tmp_path / "run" / "step-00000001"
+    mine.mkdir(parents=True)
+    (mine / "mine.txt").write_text("notes")
+    rc = main(["train", str(tmp_path / "t.txt"), "--vocab", str(tmp_path / "v.txt"), "--out", str(tmp_path / "run"),
+               "--config", "tiny", "--max-steps", "1", "--batch-size", "2"])
+    err = capsys.readouterr().err
+    assert rc in (1, 2) and "step-00000001" in err and "Traceback" not in err
+    assert (mine / "mine.txt").read_text() == "notes"

@@ -46,6 +46,12 @@ CASES = {
     "train --out a training file": lambda t: ["train", t / "corpus.txt", "--vocab", t / "vocab.txt",
                                               "--out", t / "corpus.txt"],
     "export onto its checkpoint": lambda t: ["export", t / "model", t / "model"],
+    "embed into the model folder's weights": lambda t: ["embed", t / "corpus.txt", t / "model" / "model.safetensors",
+                                                        "--top", "--model", t / "model"],
+    "embed into the official folder's weights": lambda t: ["embed", t / "corpus.txt", t / "official" / "weights.hdf5",
+                                                           "--top", "--model", t / "official"],
+    "dump-token-embeddings into the model folder": lambda t: ["dump-token-embeddings", t / "vocab.txt",
+                                                              t / "model" / "config.json", "--model", t / "model"],
 }
 
 
@@ -56,3 +62,23 @@ def test_an_output_that_is_an_input_is_refused(place, capsys, case):
     assert rc == 2
     one_error_line(err, "would overwrite")
     assert _snapshot(place) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_an_output_that_is_not_a_regular_file_is_refused(place, capsys, kind):
+    target = place / "not-a-file"
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    rc, err = cli(capsys, "embed", place / "corpus.txt", target, "--top", "--model", place / "model")
+    assert rc in (1, 2)
+    one_error_line(err, str(target))
+    assert (target.is_fifo() if kind == "fifo" else target.is_dir())  # still what it was
+
+
+def test_an_output_through_a_symbolic_link_writes_its_target_and_keeps_the_link(place, capsys):
+    target, link = place / "out.hdf5", place / "link.hdf5"
+    target.write_bytes(b"old")
+    os.symlink(target, link)
+    rc, _ = cli(capsys, "vocab", "build", place / "corpus.txt", "-o", link)
+    assert rc == 0
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert target.read_text(encoding="utf-8").startswith("<S>")
