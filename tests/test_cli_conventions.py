@@ -83,6 +83,11 @@ def test_file_system_errors_are_one_line_and_exit_1(monkeypatch, capsys, tmp_pat
     _patch_info(monkeypatch, PermissionError(13, "Permission denied", "/root/secret.json"))
     assert main(["info"]) == 1
     assert capsys.readouterr().err == "elmo info: error: /root/secret.json: Permission denied\n"
+    (tmp_path / "afile").write_text("x")
+    assert main(["train", str(tmp_path / "afile"), "--vocab", str(tmp_path / "afile"), "--out",
+                 str(tmp_path / "afile" / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "afile" in err and "give a folder's path" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("bug", [ValueError("a plain ValueError"), ZeroDivisionError("division by zero"),

@@ -56,6 +56,11 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
 
 _DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _ENVIRONMENT_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+_WHAT_TO_DO = {  # the system's words say what happened; these say what to do
+    FileExistsError: ": it is in the way; give another path, or move it",
+    NotADirectoryError: " (a part of the path is a file): give a folder's path, or move the file",
+    IsADirectoryError: " (a folder is where a file is needed): give a file's path",
+}
 
 
 def users_to_fix(err: BaseException) -> bool:
@@ -71,5 +76,6 @@ def one_line(err: BaseException) -> str:
     """The error as one line: ours as written; an OSError from the system as ``file: what happened``."""
     if isinstance(err, OSError) and not isinstance(err, ElmoError) and err.strerror:
         names = " -> ".join(str(n) for n in (err.filename, err.filename2) if n is not None)
-        return f"{names}: {err.strerror}" if names else err.strerror
+        what = err.strerror + _WHAT_TO_DO.get(type(err), "")
+        return f"{names}: {what}" if names else what
     return " ".join(str(err).split("\n")) or type(err).__name__
