@@ -84,7 +84,8 @@ def test_file_system_errors_are_one_line_and_exit_1(monkeypatch, capsys, tmp_pat
     assert main(["info"]) == 1
     assert capsys.readouterr().err == "elmo info: error: /root/secret.json: Permission denied\n"
     (tmp_path / "afile").write_text("x")
-    assert main(["train", str(tmp_path / "afile"), "--vocab", str(tmp_path / "afile"), "--out",
+    (tmp_path / "v.txt").write_text("<S>\n</S>\n<UNK>\nx\n")
+    assert main(["train", str(tmp_path / "afile"), "--vocab", str(tmp_path / "v.txt"), "--out",
                  str(tmp_path / "afile" / "run")]) == 1
     err = capsys.readouterr().err
     assert "afile" in err and "give a folder's path" in err and len(err.splitlines()) == 1
