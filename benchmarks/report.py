@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--bilmtf", type=Path, default=DATA.parent / "tools" / "bilmtf" / "bilmtf_train_ref.py")
     parser.add_argument("--train-batches", type=int, default=120, help="tiny: batches per trainer (4 windows of 30)")
     parser.add_argument("--startup-sentences", type=int, default=480)
-    parser.add_argument("--memory-counts", default="5000,20000")
+    parser.add_argument("--memory-counts", default="2000,8000")
     args = parser.parse_args()
     wanted = args.sections.split(",")
     unknown = sorted(set(wanted) - set(SECTIONS))

@@ -141,9 +141,10 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
             index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, chunk_size, scan.lines,
                                               layers, batch_size, use_sentence_keys, progress, non_finite,
                                               keep_index=not (forget_sentences or use_sentence_keys))
-        except Exception:
+        except BaseException as err:  # an error, or an interrupt (which even --quiet is told how to continue)
             if not parts.discard_if_empty():
-                logger.info("%s: the finished parts are kept; --resume continues from them", parts.root)
+                (logger.warning if isinstance(err, KeyboardInterrupt) else logger.info)(
+                    "%s: the finished parts are kept; --resume continues from them", parts.root)
             raise
         return parts.merge_into(output_path, index if not (forget_sentences or use_sentence_keys) else None,
                                  {k: v for k, v in record.items() if v is not None}, chunks, scan.lines)

@@ -87,3 +87,26 @@ def test_an_error_after_some_parts_keeps_them_for_resume(tmp_path, capsys, monke
     monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
     assert cli(capsys, *args, "--resume")[0] == 0 and len(calls) == 3
     assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]
+
+
+@pytest.mark.parametrize("at_call", [1, 3])
+def test_an_interrupt_keeps_finished_parts_says_so_even_quiet_and_leaves_nothing_else(tmp_path, capsys, monkeypatch,
+                                                                                        at_call):
+    model = tiny_model(tmp_path / "model")
+    text_file(tmp_path / "in.txt", 150)
+    monkeypatch.setattr(cli_embed, "embed_file", functools.partial(embed_file_module.embed_file, chunk_size=50))
+    original, calls = embed_file_module._embed_chunk, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at_call:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", interrupted)
+    rc, err = cli(capsys, "embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
+    assert rc == 130 and "interrupted" in err
+    if at_call == 1:  # before the first part: nothing behind
+        assert litter(tmp_path) == ["in.txt", "model"] and "--resume" not in err
+    else:
+        assert litter(tmp_path) == ["in.txt", "model", "out.hdf5.parts"] and "--resume continues" in err
