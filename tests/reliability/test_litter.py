@@ -65,19 +65,26 @@ def test_a_kill_during_the_merge_leaves_nothing_that_resume_keeps(tmp_path, caps
     assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]
 
 
-def test_an_error_after_some_parts_keeps_them_for_resume(tmp_path, capsys, monkeypatch):
-    model = tiny_model(tmp_path / "model")
-    text_file(tmp_path / "in.txt", 150)
+def _chunks_of_50_failing_at(monkeypatch, call: int, error: BaseException) -> list:
+    """``elmo embed`` in chunks of 50 lines, the ``call``-th chunk raising ``error``: the list of calls made."""
     monkeypatch.setattr(cli_embed, "embed_file", functools.partial(embed_file_module.embed_file, chunk_size=50))
     original, calls = embed_file_module._embed_chunk, []
 
-    def failing_late(*args, **kwargs):
+    def failing(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
-            raise OSError(5, "Input/output error", "somewhere")
+        if len(calls) == call:
+            raise error
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(embed_file_module, "_embed_chunk", failing_late)
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", failing)
+    return calls
+
+
+def test_an_error_after_some_parts_keeps_them_for_resume(tmp_path, capsys, monkeypatch):
+    model = tiny_model(tmp_path / "model")
+    text_file(tmp_path / "in.txt", 150)
+    original = embed_file_module._embed_chunk
+    calls = _chunks_of_50_failing_at(monkeypatch, 3, OSError(5, "Input/output error", "somewhere"))
     args = ["embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--top", "--model", model, "--quiet"]
     rc, err = cli(capsys, *args)
     assert rc == 1
@@ -94,16 +101,7 @@ def test_an_interrupt_keeps_finished_parts_says_so_even_quiet_and_leaves_nothing
                                                                                         at_call):
     model = tiny_model(tmp_path / "model")
     text_file(tmp_path / "in.txt", 150)
-    monkeypatch.setattr(cli_embed, "embed_file", functools.partial(embed_file_module.embed_file, chunk_size=50))
-    original, calls = embed_file_module._embed_chunk, []
-
-    def interrupted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == at_call:
-            raise KeyboardInterrupt
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(embed_file_module, "_embed_chunk", interrupted)
+    _chunks_of_50_failing_at(monkeypatch, at_call, KeyboardInterrupt())
     rc, err = cli(capsys, "embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
     assert rc == 130 and "interrupted" in err
     if at_call == 1:  # before the first part: nothing behind
