@@ -26,10 +26,11 @@ class Elmo(nn.Module):
     The biLM is frozen (and run without autograd) unless ``requires_grad=True``. Returns a dict with keys
     ``elmo_representations`` and ``mask``, the same as AllenNLP's ``Elmo``.
 
-    A frozen biLM runs through an ``InferenceEngine`` (packed matrices, remembered token vectors) built on the
-    first call from the weights as they are then, and built again after ``load_state_dict``, ``.to()`` / ``.cuda()``
-    and ``.eval()`` / ``.train(False)``; call ``drop_engine()`` after changing the biLM's weights by hand. Once any
-    biLM parameter requires a gradient, the biLM itself runs (with autograd).
+    A frozen biLM (or any biLM under ``torch.no_grad()``) runs through an ``InferenceEngine`` (packed matrices,
+    remembered token vectors) built on the first call from the weights as they are then, and built again whenever
+    they have changed since: an optimizer step or any other in-place change, ``load_state_dict``, ``.to()``, new
+    parameter tensors. Once any biLM parameter requires a gradient, the biLM itself runs (with autograd) wherever
+    gradients are enabled.
     """
 
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
@@ -45,6 +46,7 @@ class Elmo(nn.Module):
             raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
         self.bilm = bilm
         self._engine: InferenceEngine | None = None
+        self._engine_weights: tuple[tuple[int, int], ...] = ()
         for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
             p.requires_grad_(requires_grad)
         self.output = output
@@ -73,6 +75,11 @@ class Elmo(nn.Module):
         """Copies and pickles leave the engine out (its packed matrices and buffers cannot be copied): a copy builds its
         own on first use."""
         return {**self.__dict__, "_engine": None}
+
+    def _weights_version(self) -> tuple[tuple[int, int], ...]:
+        """Which tensors the biLM's parameters are and how often each was changed in place (an optimizer step,
+        ``load_state_dict``, a manual ``copy_``): the engine is a snapshot, rebuilt when this differs."""
+        return tuple((id(p), p._version) for p in self.bilm.parameters())
 
     def drop_engine(self) -> None:
         """Forget the inference engine (the next frozen call builds a new one from the weights as they are)."""
@@ -135,8 +142,10 @@ class Elmo(nn.Module):
         if tune and torch.is_grad_enabled():
             out = self.bilm(char_ids)
         else:
-            if self._engine is None or self._engine.device != char_ids.device:
+            weights = self._weights_version()
+            if self._engine is None or self._engine.device != char_ids.device or self._engine_weights != weights:
                 self._engine = InferenceEngine.build(self.bilm, device=char_ids.device)
+                self._engine_weights = weights
             out = self._engine(char_ids)
             # inference-mode tensors cannot enter autograd (a trainable readout): normal copies of what is read
             mixes = any(isinstance(r, ScalarMix) for r in self.readouts)

@@ -169,3 +169,20 @@ def test_layer_norm_in_half_precision_stays_finite():
     constant = torch.ones(1, 3, 4, dtype=torch.float16)
     out = mix([constant, constant], torch.ones(1, 3, dtype=torch.bool))
     assert torch.isfinite(out).all()
+
+
+def test_no_grad_calls_see_the_weights_after_an_optimizer_step():
+    """A fine-tuned biLM checked under torch.no_grad() (the inference engine) must not use a stale snapshot."""
+    torch.manual_seed(0)
+    elmo = Elmo(random_bilm(small_config()), requires_grad=True, dropout=0.0)
+    ids = batch_to_ids([["the", "bank", "closed"], ["a", "river"]])
+    with torch.no_grad():
+        before = elmo(ids)["elmo_representations"][0]
+    optimizer = torch.optim.SGD(elmo.bilm.parameters(), lr=0.1)
+    elmo(ids)["elmo_representations"][0].pow(2).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = elmo(ids)["elmo_representations"][0]
+    fresh = elmo(ids)["elmo_representations"][0].detach()
+    assert (after - before).abs().max() > 1e-3
+    assert torch.allclose(after, fresh, atol=1e-5)
