@@ -186,3 +186,13 @@ def test_no_grad_calls_see_the_weights_after_an_optimizer_step():
     fresh = elmo(ids)["elmo_representations"][0].detach()
     assert (after - before).abs().max() > 1e-3
     assert torch.allclose(after, fresh, atol=1e-5)
+
+
+def test_left_padded_ids_are_refused_not_misread():
+    from elmo.errors import ElmoError
+
+    elmo = Elmo(random_bilm(small_config()), dropout=0.0)
+    ids = batch_to_ids([["the", "bank"], ["a", "b"]])
+    shifted = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :1]], dim=1)  # row 0: [pad, the]
+    with pytest.raises(ElmoError, match="row 0 has padding at position 0"):
+        elmo(shifted)
