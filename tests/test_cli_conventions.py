@@ -345,3 +345,23 @@ def test_embed_splits_on_whitespace_unless_a_tokenizer_is_asked_for(monkeypatch,
     monkeypatch.setattr(cli_embed, "load_model", with_tokenizer)
     assert run("model.hdf5", "--tokenize", "model") == 0 and _vectors(tmp_path / "model.hdf5") == 4
     assert run("again.hdf5") == 0 and _vectors(tmp_path / "again.hdf5") == 2  # the default stays whitespace
+
+
+@pytest.mark.parametrize("argv", [["export", "run", ""], ["task", "eval", "", "--data", "x.tsv"],
+                                  ["embed", "in.txt", "", "--top"], ["info", "--model", ""]])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.json").write_text("mine")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "an empty path" in err and len(err.splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"] and (tmp_path / "config.json").read_text() == "mine"
+
+
+def test_an_empty_elmo_cache_means_the_default(monkeypatch):
+    from pathlib import Path
+
+    from elmo.io.download import cache_dir
+
+    monkeypatch.setenv("ELMO_CACHE", "")
+    assert cache_dir() == Path.home() / ".cache" / "elmo"

@@ -27,7 +27,7 @@ class DownloadError(ElmoError, OSError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ELMO_CACHE", Path.home() / ".cache" / "elmo"))
+    return Path(os.environ.get("ELMO_CACHE") or Path.home() / ".cache" / "elmo")  # set but empty: the default too
 
 
 def sha256_of(path: str | Path) -> str:
