@@ -86,3 +86,19 @@ def test_cache_clear_removes_its_copies_and_nothing_else(cache, tmp_path, capsys
     assert "removed 1 converted model(s)" in capsys.readouterr().out
     assert sorted(p.name for p in cache.iterdir()) == ["my-folder", "notes.txt"] and keep.read_text() == "mine"
     assert weights.exists() and options.exists()  # the user's files untouched
+
+
+def test_cache_clear_keeps_a_key_named_folder_of_the_users_and_links(cache, tmp_path, capsys):
+    options, weights = _pair(tmp_path / "official")
+    load_bilm(options=options, weights=weights)
+    mine = cache / ("ab" * 32)
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.json").write_text("theirs")
+    (cache / ("cd" * 32)).symlink_to(elsewhere, target_is_directory=True)
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 converted model(s)" in capsys.readouterr().out
+    assert (mine / "notes.txt").read_text() == "mine" and (elsewhere / "config.json").read_text() == "theirs"
+    assert (cache / ("cd" * 32)).is_symlink()

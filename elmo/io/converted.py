@@ -83,13 +83,31 @@ def clear() -> tuple[int, int]:
     copies = size = 0
     for entry in folder.iterdir():
         is_copy = is_key(entry.name)
-        if not entry.is_dir() or not (is_copy or (entry.name.startswith(".") and _is_key_prefix(entry.name))):
+        if entry.is_symlink() or not entry.is_dir() or not (is_copy or (entry.name.startswith(".")
+                                                                        and _is_key_prefix(entry.name))):
+            continue
+        if not _holds_only_a_copy(entry):
+            logger.warning("%s: named like a converted copy but holds other files; left as it is", entry)
             continue
         size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
         shutil.rmtree(entry)
         copies += is_copy
     (folder / INDEX).unlink(missing_ok=True)
     return copies, size
+
+
+COPY_FILES = ("config.json", "model.safetensors")  # what ``store``'s writer (our format's saver) puts in a copy
+
+
+def _holds_only_a_copy(folder: Path) -> bool:
+    """Whether every entry of ``folder`` is a plain file a copy consists of (or the saver's temporary file of
+    one): the only folders ``clear`` deletes."""
+    for entry in folder.iterdir():
+        name = entry.name
+        temporary = name.startswith(".") and name.endswith(".tmp") and any(name.startswith(f".{f}.") for f in COPY_FILES)
+        if entry.is_symlink() or not entry.is_file() or not (name in COPY_FILES or temporary):
+            return False
+    return True
 
 
 def is_key(name: str) -> bool:
