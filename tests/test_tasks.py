@@ -268,3 +268,32 @@ def test_a_damaged_feature_cache_is_one_error_naming_it(tmp_path, damage):
         path.write_bytes(path.read_bytes()[:1500])
     with pytest.raises(ElmoError, match="damaged feature cache.*delete it"):
         FeatureCache(path)
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b"hello world\n", ":1: the header"), (b"", ":1: no word vectors"), (b"2 2\na x y\n", ":2: a value that is not"),
+    (b"2 2\na 1 2 3\n", ":2: 3 values, expected 2"), (b"2 2\na \xff 2\n", ":2:")])
+def test_a_bad_word2vec_file_is_one_error_naming_the_line(tmp_path, content, problem):
+    from elmo.errors import ElmoError
+    from elmo.tasks.probes import load_word_vectors
+
+    (tmp_path / "w.txt").write_bytes(content)
+    with pytest.raises(ElmoError, match=problem):
+        load_word_vectors(tmp_path / "w.txt")
+
+
+def test_word2vec_lines_ending_in_a_space_as_the_c_tool_writes_them(tmp_path):
+    from elmo.tasks.probes import load_word_vectors
+
+    (tmp_path / "w.txt").write_text("2 2\na 1 2 \nb 3 4 \n")
+    assert {k: v.tolist() for k, v in load_word_vectors(tmp_path / "w.txt").items()} == {"a": [1, 2], "b": [3, 4]}
+
+
+def test_a_pos_probe_with_an_empty_dev_set_is_refused(model_dir, tmp_path, capsys):
+    train = tmp_path / "train.conllu"
+    train.write_text("1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tbank\tbank\tNOUN\t_\t_\t0\troot\t_\t_\n\n")
+    (tmp_path / "empty.conllu").write_text("")
+    rc = main(["probe", "pos", "--train", str(train), "--dev", str(tmp_path / "empty.conllu"), "--model",
+               str(model_dir), "--cache", str(tmp_path / "c"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "empty.conllu: no tagged tokens" in err and len(err.strip().splitlines()) == 1

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from elmo.embed import Embedder
-from elmo.errors import MissingDependencyError
+from elmo.errors import MissingDependencyError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.tasks import readers
+from elmo.tasks.readers.common import iter_lines
 from elmo.tasks.features import FeatureCache, cached_features
 from elmo.tasks.heads import LayerInput
 
@@ -50,18 +51,27 @@ def train_word2vec(sentences: Iterable[Sequence[str]], out: str | Path, dim: int
 
 
 def load_word_vectors(path: str | Path) -> dict[str, np.ndarray]:
-    """word -> vector from a word2vec text file (first line: count and dimension)."""
-    vectors = {}
-    with open(path, encoding="utf-8") as f:
-        _, dim = map(int, f.readline().split())
-        for number, line in enumerate(f, start=2):
-            parts = line.rstrip("\n").split(" ")
-            if len(parts) != dim + 1:
-                raise readers.DataFormatError(path, number, f"{len(parts) - 1} values, expected {dim}",
-                                              "give a word2vec text file")
+    """word -> vector from a word2vec text file (first line: count and dimension; each line after it a word and
+    its numbers, a trailing space allowed, as the original C tool writes them)."""
+    hint = "give a word2vec text file (a first line 'COUNT DIM', then a word and DIM numbers per line)"
+    vectors: dict[str, np.ndarray] = {}
+    dim = 0
+    for number, line in iter_lines(path):  # line by line: a bad byte is an error naming its line
+        if number == 1:
+            header = line.split()
+            if len(header) != 2 or not all(h.isdigit() for h in header) or int(header[1]) == 0:
+                raise readers.DataFormatError(path, 1, f"the header {line[:60]!r} is not 'COUNT DIM'", hint)
+            dim = int(header[1])
+            continue
+        parts = line.rstrip(" ").split(" ")
+        if len(parts) != dim + 1:
+            raise readers.DataFormatError(path, number, f"{len(parts) - 1} values, expected {dim}", hint)
+        try:
             vectors[parts[0]] = np.asarray(parts[1:], dtype=np.float32)
+        except ValueError:
+            raise readers.DataFormatError(path, number, "a value that is not a number", hint) from None
     if not vectors:
-        raise readers.DataFormatError(path, 1, "no word vectors in the file", "give a word2vec text file")
+        raise readers.DataFormatError(path, 1, "no word vectors in the file", hint)
     return vectors
 
 
@@ -104,6 +114,9 @@ def probe_pos(embedder: Embedder, train_path: str | Path, dev_path: str | Path, 
     """Dev accuracy of a linear POS classifier on each layer, on the learned mix, and on static vectors."""
     train = readers.read_conllu(train_path, column)[:max_sentences]
     dev = readers.read_conllu(dev_path, column)
+    for path, sentences in ((train_path, train), (dev_path, dev)):
+        if not any(s.tokens for s in sentences):
+            raise UsageError(f"{path}: no tagged tokens; the probe needs CoNLL-U sentences to train and score on")
     labels = sorted({t for s in train + dev for t in s.tags})
     index = {t: i for i, t in enumerate(labels)}
     gold = lambda sentences: torch.tensor([index[t] for s in sentences for t in s.tags])  # noqa: E731
@@ -164,6 +177,8 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
                 static_sums[key] = static_sums[key] + _normalise(_static_context(static, sentence.tokens, token))
     results: dict[str, float] = {}
     instances = [i for i in _instance_vectors(test_cache, test) if i[3]]  # instances with a gold key
+    if not instances:
+        raise UsageError(f"{eval_keys}: no instance of {eval_xml} has a gold key; give the keys of that set")
     candidates = lambda s, t: index.get((s.lemmas[t].lower().replace(" ", "_"), s.pos[t]), [])  # noqa: E731
     for name, read in readers_of.items():
         results[name] = _accuracy(instances, candidates, sums[name], lambda s, t, v, read=read: read(v))
