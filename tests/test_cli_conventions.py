@@ -365,3 +365,11 @@ def test_an_empty_elmo_cache_means_the_default(monkeypatch):
 
     monkeypatch.setenv("ELMO_CACHE", "")
     assert cache_dir() == Path.home() / ".cache" / "elmo"
+
+
+def test_plot_refuses_a_suffix_that_is_no_image_format_before_any_work(tmp_path, capsys):
+    (tmp_path / "s.txt").write_text("a bank\tx\n")
+    assert main(["plot", "bank", "--sentences", str(tmp_path / "s.txt"), "--out", str(tmp_path / "plot.txt"),
+                 "--model", str(tmp_path / "no-model")]) == 2
+    err = capsys.readouterr().err
+    assert ".txt is not an image format" in err and len(err.splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from elmo.cli.common import STDIO, CommandLineError, add_model_args, count, layer
 from elmo.context import nearest, occurrences, plot_word, read_labelled_sentences, separation_report
@@ -46,10 +47,17 @@ def cmd_similar(args: argparse.Namespace) -> None:
         print("\n".join(report))
 
 
+IMAGE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "gif", "eps", "ps", "svgz", "tif", "tiff", "webp")  # matplotlib's
+
+
 def cmd_plot(args: argparse.Namespace) -> None:
     if args.out == STDIO:
         raise CommandLineError("--out: cannot tell the image format from '-' (standard output); give a file name "
                                "ending in .png, .svg or .pdf")
+    suffix = Path(args.out).suffix.lstrip(".").lower()
+    if suffix and suffix not in IMAGE_FORMATS:
+        raise CommandLineError(f"--out {args.out}: .{suffix} is not an image format elmo plot writes; end the name "
+                               f"in .png, .svg or .pdf (or {', '.join('.' + f for f in IMAGE_FORMATS[3:])})")
     _, found, _ = _word_occurrences(args)
     out = plot_word(found, args.word, args.out, title=args.title)
     print(f"wrote {out} ({len(found)} occurrences)", file=sys.stderr)
