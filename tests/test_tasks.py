@@ -297,3 +297,18 @@ def test_a_pos_probe_with_an_empty_dev_set_is_refused(model_dir, tmp_path, capsy
                str(model_dir), "--cache", str(tmp_path / "c"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 1 and "empty.conllu: no tagged tokens" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("bad", ["input", "train data"])
+def test_a_failed_task_train_leaves_no_folder_it_made(model_dir, tmp_path, capsys, bad):
+    good = tmp_path / "good.tsv"
+    good.write_text("text\tlabel\na fine film\tpos\na bad film\tneg\n")
+    broken = tmp_path / "broken.tsv"
+    broken.write_text("no header here\n")
+    out = tmp_path / "new" / "task"
+    rc = main(["task", "train", "classify", "--train", str(broken if bad == "train data" else good), "--dev",
+               str(good), "--model", str(model_dir), "--out", str(out), "--cache", str(tmp_path / "c"), "--quiet",
+               *(["--input", "7"] if bad == "input" else [])])
+    assert rc in (1, 2) and "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # no embedding work was done

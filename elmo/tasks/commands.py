@@ -10,16 +10,18 @@ from typing import Callable
 
 from elmo.embed import Embedder
 from elmo.errors import UsageError
+from elmo.io.atomic import new_folders
 from elmo.io.download import cache_dir
 from elmo.io.resolve import reference
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
+from elmo.tasks.heads import LayerInput
 from elmo.tasks.train import (
     TaskConfig,
     check_head_settings,
+    check_output_folder,
     load_task,
     predict,
-    prepare_output,
     save_task,
     score,
     train_head,
@@ -87,21 +89,22 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``; ``max_items`` /
     ``max_dev`` keep only the first examples of each file (quick runs)."""
     check_head_settings(epochs, batch_size, hidden_dim, learning_rate)
-    prepare_output(out)
-    train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
-    dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
-    embedder = _embedder(model, tokenize)
-    train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
-    dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
-    labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
-    config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
-                        input=input_mode, model=reference(model), tokenize=tokenize,
-                        data_format=fmt or DEFAULT_FORMAT[task], hidden_dim=hidden_dim,
-                        epochs=epochs, model_id=model_id(embedder),
-                        seed=seed, learning_rate=learning_rate, batch_size=batch_size)
-    head = train_head(config, train_cache, _encode(labels, train_gold), dev_cache, _encode(labels, dev_gold),
-                      progress)
-    save_task(out, head, config)
+    with new_folders(check_output_folder(out)):  # made up front (a bad path fails now); removed again on failure
+        train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
+        dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
+        embedder = _embedder(model, tokenize)
+        LayerInput(embedder.bilm.config.n_output_layers, input_mode)  # a bad --input fails before any embedding
+        train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
+        dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
+        labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
+        config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
+                            input=input_mode, model=reference(model), tokenize=tokenize,
+                            data_format=fmt or DEFAULT_FORMAT[task], hidden_dim=hidden_dim,
+                            epochs=epochs, model_id=model_id(embedder),
+                            seed=seed, learning_rate=learning_rate, batch_size=batch_size)
+        head = train_head(config, train_cache, _encode(labels, train_gold), dev_cache, _encode(labels, dev_gold),
+                          progress)
+        save_task(out, head, config)
     return config
 
 

@@ -166,11 +166,17 @@ def train_head(config: TaskConfig, train: FeatureCache, train_targets: Sequence,
     return head.eval()
 
 
-def prepare_output(out_dir: str | Path) -> Path:
-    """Create the task model's directory up front, so a bad path fails before training, not after."""
+def check_output_folder(out_dir: str | Path) -> Path:
+    """The task model's directory, refused up front (before any training) when a file is in its place."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: exists and is not a directory")
+        raise UsageError(f"{out}: exists and is not a directory; give a folder for the task model")
+    return out
+
+
+def prepare_output(out_dir: str | Path) -> Path:
+    """The task model's directory, made if missing."""
+    out = check_output_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
