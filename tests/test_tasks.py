@@ -312,3 +312,13 @@ def test_a_failed_task_train_leaves_no_folder_it_made(model_dir, tmp_path, capsy
     assert rc in (1, 2) and "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # no embedding work was done
+
+
+def test_a_task_model_without_a_model_id_is_checked_against_the_bilms_sizes(model_dir):
+    from elmo.errors import ElmoError
+    from elmo.tasks.commands import _checked_embedder
+    from elmo.tasks.train import TaskConfig
+
+    config = TaskConfig(task="classify", labels=["a", "b"], n_layers=3, dim=16, model=str(model_dir))
+    with pytest.raises(ElmoError, match="this task model reads 3 of 16"):
+        _checked_embedder(config)

@@ -137,6 +137,10 @@ def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path |
 def _checked_embedder(config: TaskConfig) -> Embedder:
     """The biLM the head was trained on; a different one (an updated model, another directory) is refused."""
     embedder = _embedder(config.model, config.tokenize)
+    sizes = (embedder.bilm.config.n_output_layers, embedder.dim)
+    if sizes != (config.n_layers, config.dim):  # also where no model_id was recorded
+        raise UsageError(f"the biLM {config.model!r} gives {sizes[0]} layers of {sizes[1]} values, this task model "
+                         f"reads {config.n_layers} of {config.dim}: not the biLM it was trained on; retrain it")
     if config.model_id and model_id(embedder) != config.model_id:
         raise UsageError(f"the biLM {config.model!r} is not the one this task model was trained on "
                          f"(its weights differ, or an older elmo trained the task model); retrain the task model")
