@@ -322,3 +322,19 @@ def test_a_task_model_without_a_model_id_is_checked_against_the_bilms_sizes(mode
     config = TaskConfig(task="classify", labels=["a", "b"], n_layers=3, dim=16, model=str(model_dir))
     with pytest.raises(ElmoError, match="this task model reads 3 of 16"):
         _checked_embedder(config)
+
+
+def test_predict_keeps_a_line_for_every_input_line_and_names_untokenisable_ones(model_dir, tmp_path, capsys):
+    good = tmp_path / "good.tsv"
+    good.write_text("text\tlabel\na fine film\tpos\na bad film\tneg\n")
+    assert main(["task", "train", "classify", "--train", str(good), "--dev", str(good), "--model", str(model_dir),
+                 "--out", str(tmp_path / "t"), "--cache", str(tmp_path / "c"), "--epochs", "1", "--hidden", "4",
+                 "--tokenize", "en", "--quiet"]) == 0
+    (tmp_path / "raw.txt").write_text("good movie\n\n<br />\nbad\n")
+    capsys.readouterr()
+    assert main(["task", "predict", str(tmp_path / "t"), "--input", str(tmp_path / "raw.txt"), "--cache",
+                 str(tmp_path / "c")]) == 0
+    captured = capsys.readouterr()
+    assert "raw.txt: line(s) 3 have no tokens" in captured.err
+    printed = captured.out.split("\n")
+    assert len(printed) == 5 and printed[0] in ("pos", "neg") and printed[1:3] == ["", ""] and printed[3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 
 from elmo.cli.common import batch_size, count, positive_number, whole
 from elmo.io.text_lines import numbered_lines
@@ -27,11 +28,17 @@ def cmd_task_eval(args: argparse.Namespace) -> None:
 
 
 def cmd_task_predict(args: argparse.Namespace) -> None:
-    lines = [line for _, line in numbered_lines(args.stdio.input(args.input))]
-    texts = [line for line in lines if line.strip()]
-    results = iter(predict_task(args.task_model, texts, args.cache) if texts else [])
-    for line in lines:  # one output line per input line: a blank line stays blank
-        result = next(results) if line.strip() else ""
+    numbered = list(numbered_lines(args.stdio.input(args.input)))
+    texts = [(number, line) for number, line in numbered if line.strip()]
+    results = dict(zip((number for number, _ in texts),
+                       predict_task(args.task_model, [line for _, line in texts], args.cache) if texts else []))
+    untokenised = [number for number, result in results.items() if result is None]
+    if untokenised:
+        shown = ", ".join(map(str, untokenised[:5])) + (" ..." if len(untokenised) > 5 else "")
+        warnings.warn(f"{args.input}: line(s) {shown} have no tokens after tokenisation: their output lines are "
+                      f"empty")
+    for number, _ in numbered:  # one output line per input line: a blank or untokenisable line stays blank
+        result = results.get(number) or ""
         print(result if isinstance(result, str) else " ".join(f"{t}/{tag}" for t, tag in result))
 
 

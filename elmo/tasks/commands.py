@@ -125,13 +125,20 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
 
 def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path | None = None,
                  progress: bool = False) -> list:
-    """Predicted labels for raw sentences: a (token, tag) list per sentence, or one label per text."""
+    """Predicted labels for raw sentences: a (token, tag) list per sentence, or one label per text; None for a
+    sentence the tokenizer leaves no token of (nothing to predict from)."""
     head, config = load_task(task_dir)
-    features, token_lists = features_for(_checked_embedder(config), sentences, cache, progress)
-    predicted = predict(head, features)
-    if config.task == "classify":
-        return [config.labels[p] for p in predicted]
-    return [[(t, config.labels[p]) for t, p in zip(tokens, tags)] for tokens, tags in zip(token_lists, predicted)]
+    embedder = _checked_embedder(config)
+    token_lists = embedder.tokenize(sentences)
+    kept = [i for i, tokens in enumerate(token_lists) if tokens]
+    out: list = [None] * len(sentences)
+    if not kept:
+        return out
+    features, _ = features_for(embedder, [token_lists[i] for i in kept], cache, progress)
+    for i, predicted in zip(kept, predict(head, features)):
+        out[i] = (config.labels[predicted] if config.task == "classify"
+                  else [(t, config.labels[p]) for t, p in zip(token_lists[i], predicted)])
+    return out
 
 
 def _checked_embedder(config: TaskConfig) -> Embedder:
