@@ -44,6 +44,11 @@ class Elmo(nn.Module):
                             "num_output_representations=n)")
         if output not in ("mix", "projection"):
             raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
+        if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int) \
+                or num_output_representations < 1:
+            raise UsageError(f"Elmo: num_output_representations must be 1 or more, got {num_output_representations!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise UsageError(f"Elmo: dropout must be in [0, 1), got {dropout!r}")
         self.bilm = bilm
         self._engine: InferenceEngine | None = None
         self._engine_weights: tuple[tuple[int, int], ...] = ()

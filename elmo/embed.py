@@ -10,6 +10,7 @@ look like single words is ambiguous (one tokenised sentence, or many one-word se
 from __future__ import annotations
 
 import logging
+import math
 import re
 import shutil
 import tempfile
@@ -86,6 +87,8 @@ class Embedder:
         weights = torch.zeros(n) if mix_weights is None else torch.tensor(list(mix_weights), dtype=torch.float)
         if weights.shape != (n,):
             raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
+        if not bool(torch.isfinite(weights).all()) or not math.isfinite(gamma):
+            raise UsageError(f"mix_weights and gamma must be finite numbers, got {list(mix_weights or [])} and {gamma}")
         self.mix = scalar_weights(weights, gamma)  # (L+1,): ScalarMix's arithmetic, fixed
         self.allow_non_finite = allow_non_finite  # NaN/inf vectors: a warning instead of an error
         # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md); cache_words: their token layer precomputed

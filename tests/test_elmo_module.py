@@ -196,3 +196,12 @@ def test_left_padded_ids_are_refused_not_misread():
     shifted = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :1]], dim=1)  # row 0: [pad, the]
     with pytest.raises(ElmoError, match="row 0 has padding at position 0"):
         elmo(shifted)
+
+
+@pytest.mark.parametrize("kwargs", [{"num_output_representations": -1}, {"num_output_representations": 0},
+                                    {"dropout": 1.5}, {"dropout": float("nan")}])
+def test_bad_constructor_arguments_are_one_clear_error(kwargs):
+    from elmo.errors import ElmoError
+
+    with pytest.raises(ElmoError, match="Elmo: "):
+        Elmo(random_bilm(small_config()), **kwargs)

@@ -143,3 +143,11 @@ def test_allennlp_elmo_embedder_names(embedder, tmp_path):
         assert all(np.array_equal(a[str(i)][()], b[str(i)][()]) for i in range(5))
     with pytest.raises(ValueError, match="batch_size"):
         next(embedder.embed_sentences(sentences, batch_size=0))
+
+
+@pytest.mark.parametrize("kwargs", [{"mix_weights": [float("nan")] * 3}, {"gamma": float("inf")}])
+def test_non_finite_mix_settings_are_refused_when_made(kwargs):
+    from elmo.errors import ElmoError
+
+    with pytest.raises(ElmoError, match="must be finite"):
+        Embedder(random_bilm(small_config()), **kwargs)
