@@ -94,6 +94,17 @@ class Embedder:
         # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md); cache_words: their token layer precomputed
         self.engine = InferenceEngine.build(bilm, precision, cache_words, device)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the engine out (its packed matrices and locks cannot be copied); the copy
+        builds its own from the biLM's weights with the same settings."""
+        engine = self.engine
+        return {**self.__dict__, "engine": (engine.precision, engine.cache_words, engine.device, engine.stateful)}
+
+    def __setstate__(self, state: dict) -> None:
+        precision, cache_words, device, stateful = state.pop("engine")
+        self.__dict__.update(state)
+        self.engine = InferenceEngine.build(self.bilm, precision, cache_words, device, stateful)
+
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
                         weights: str | Path | None = None, **kwargs) -> "Embedder":

@@ -151,3 +151,14 @@ def test_non_finite_mix_settings_are_refused_when_made(kwargs):
 
     with pytest.raises(ElmoError, match="must be finite"):
         Embedder(random_bilm(small_config()), **kwargs)
+
+
+def test_an_embedder_can_be_copied_and_pickled():
+    import copy
+    import pickle
+
+    embedder = Embedder(random_bilm(small_config()))
+    want = embedder.embed([["the", "bank"]])[0]
+    for other in (copy.deepcopy(embedder), pickle.loads(pickle.dumps(embedder))):
+        assert other.engine is not embedder.engine
+        assert np.array_equal(other.embed([["the", "bank"]])[0], want)
