@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from elmo.batching import Layers, length_batches, run_batch
 from elmo.devices import check_device
 from elmo.embed_file import NonFiniteVectorsError, embed_file
-from elmo.errors import InputTypeError, UsageError
+from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.io.resolve import reference
 from elmo.model.bilm import BiLM
@@ -233,8 +233,14 @@ class Embedder:
                 mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
                 with open(copy, mode, encoding=encoding) as out:
                     shutil.copyfileobj(input_file, out)
-                return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
-                                       use_sentence_keys, progress, tokenize=tokenize)
+                try:
+                    return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
+                                           use_sentence_keys, progress, tokenize=tokenize)
+                except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
+                    if err.args and isinstance(err.args[0], str):
+                        err.args = (err.args[0].replace(str(copy), str(getattr(input_file, "name", "the open file"))),
+                                    *err.args[1:])
+                    raise
         return embed_file(self.engine, input_file, output_file_path, output_format, batch_size, forget_sentences,
                           use_sentence_keys, progress=progress, device=self.device, tokenize=tokenize,
                           model_name=self.model_name)

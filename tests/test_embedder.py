@@ -162,3 +162,15 @@ def test_an_embedder_can_be_copied_and_pickled():
     for other in (copy.deepcopy(embedder), pickle.loads(pickle.dumps(embedder))):
         assert other.engine is not embedder.engine
         assert np.array_equal(other.embed([["the", "bank"]])[0], want)
+
+
+def test_an_error_about_an_open_file_names_it_not_a_temporary_copy(tmp_path):
+    import io
+
+    from elmo.errors import ElmoError
+
+    embedder = Embedder(random_bilm(small_config()))
+    with pytest.raises(ElmoError) as caught:
+        embedder.embed_file(io.StringIO("same\nsame\n"), tmp_path / "out.hdf5", use_sentence_keys=True,
+                            progress=False)
+    assert "the open file, line 2" in str(caught.value) and "input.txt" not in str(caught.value)
