@@ -69,7 +69,7 @@ def test_training_errors_are_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and ("nope.txt" in err or "missing" in err)
     assert main(["train", "x.txt", "--config", "no-such-preset", "--out", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
-    assert "no such file or preset (presets: " in err and "small-cpu" in err and "tiny" in err
+    assert "no such file and not a preset (presets: " in err and "small-cpu" in err and "tiny" in err
 
 
 def test_resume_takes_new_run_limits_and_refuses_settings_it_cannot_change(text_slices, tmp_path, capsys):

@@ -73,3 +73,11 @@ def test_a_preset_name_means_one_model():
 
     for name, config in PRESETS.items():
         assert TrainConfig.load(name).model == config, name
+
+
+def test_a_preset_name_is_a_preset_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    from elmo.training.config import PRESET_DIR, TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    assert TrainConfig.load("tiny") == TrainConfig.load(str(PRESET_DIR / "tiny.toml"))

@@ -121,11 +121,12 @@ class TrainConfig:
     def load(cls, name_or_path: str | Path) -> "TrainConfig":
         """A preset name (tiny, small-cpu, small, medium, original) or a .toml / .json file."""
         path = Path(name_or_path)
-        if not path.exists():
+        if not path.is_file():  # a preset's name (a folder of that name in the working directory is not a config)
             preset = PRESET_DIR / f"{name_or_path}.toml"
             if not preset.exists():
                 names = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.toml")))
-                raise ConfigError(f"{name_or_path}: no such file or preset (presets: {names})")
+                what = "is a folder, not a config file," if path.is_dir() else "no such file"
+                raise ConfigError(f"{name_or_path}: {what} and not a preset (presets: {names})")
             path = preset
         try:
             text = path.read_text(encoding="utf-8")
