@@ -373,3 +373,8 @@ def test_plot_refuses_a_suffix_that_is_no_image_format_before_any_work(tmp_path,
                  "--model", str(tmp_path / "no-model")]) == 2
     err = capsys.readouterr().err
     assert ".txt is not an image format" in err and len(err.splitlines()) == 1
+
+
+def test_standard_input_named_twice_is_refused(capsys):
+    assert main(["perplexity", "run", "-", "-"]) == 2
+    assert "given more than once" in capsys.readouterr().err
