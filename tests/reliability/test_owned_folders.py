@@ -4,8 +4,11 @@ A folder named OUTPUT.parts that the user made is refused in one line, untouched
 is refused before anything is read or deleted; a file the user put into elmo's own folder survives the run.
 """
 
+import functools
 import json
 
+import elmo.cli.embed as cli_embed
+import elmo.embed_file as embed_file_module
 from tests.reliability.tiny import cli, interrupt_after_chunks, litter, one_error_line, text_file, tiny_model
 
 
@@ -36,11 +39,12 @@ def test_an_input_inside_the_parts_folder_is_refused_before_it_is_read(tmp_path,
 
 def test_a_file_the_user_put_into_elmos_folder_survives(tmp_path, capsys, monkeypatch):
     model = tiny_model(tmp_path / "model")
-    source = text_file(tmp_path / "in.txt", 5)
-    interrupt_after_chunks(monkeypatch, 0)
+    source = text_file(tmp_path / "in.txt", 150)
+    monkeypatch.setattr(cli_embed, "embed_file", functools.partial(embed_file_module.embed_file, chunk_size=50))
+    interrupt_after_chunks(monkeypatch, 1)
     args = ["embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet"]
     assert cli(capsys, *args)[0] == 130
-    assert (tmp_path / "out.hdf5.parts" / "manifest.json").is_file()  # elmo's, kept for --resume
+    assert (tmp_path / "out.hdf5.parts" / "manifest.json").is_file()  # elmo's, kept for --resume (a part is done)
     (tmp_path / "out.hdf5.parts" / "notes.txt").write_text("mine", encoding="utf-8")
     monkeypatch.undo()
     rc, err = cli(capsys, *args)  # without --resume: elmo clears what it wrote, and only that
