@@ -433,3 +433,18 @@ def test_real_semeval2007_first_sense_baseline():
     assert sum(map(len, index.values())) == 206941
     correct = sum(first_sense(index, s.lemmas[i], s.pos[i]) in keys for s, i, keys in instances)
     assert round(100 * correct / len(instances), 1) == 55.2  # WordNet first sense on SE07, as in docs/results.md
+
+
+@pytest.mark.parametrize("reader,content,problem", [
+    ("wnut", "\tB-PER\n", ":1: an empty token"),
+    ("conllu", "1\t\tthe\tDET\t_\t_\t0\troot\t_\t_\n", ":1: an empty FORM field"),
+    ("conllu", "1\tthe\tthe\t\t_\t_\t0\troot\t_\t_\n", ":1: an empty UPOS field"),
+    ("tsv", "text\tlabel\tlabel\na film\tpos\tneg\n", ":1: the header names column 'label' 2 times"),
+    ("stsa", "\u00b2 a film\n", ":1:"),
+])
+def test_malformed_fields_are_refused_naming_the_line(tmp_path, reader, content, problem):
+    path = tmp_path / "data.txt"
+    path.write_text(content, encoding="utf-8")
+    read = {"wnut": read_wnut17, "conllu": read_conllu, "tsv": read_label_text_tsv, "stsa": read_stsa}[reader]
+    with pytest.raises(DataFormatError, match=problem):
+        read(path)

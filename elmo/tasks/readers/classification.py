@@ -96,7 +96,7 @@ def read_stsa(path: str | Path) -> list[LabelledText]:
         if is_blank(line):
             continue
         label, _, text = line.partition(" ")
-        if not label.isdigit() or not text.strip():
+        if not (label.isascii() and label.isdigit()) or not text.strip():
             raise DataFormatError(path, number, f"expected 'label sentence', found {line[:60]!r}",
                                   "each line must be a numeric label, one space, then the sentence")
         items.append(LabelledText(" ".join(_unescape_ptb_leaf(t) for t in text.split(" ")), label))
@@ -129,6 +129,10 @@ def read_label_text_tsv(path: str | Path, text_column: str = "text",
     if missing:
         raise DataFormatError(path, 1, f"no column {', '.join(map(repr, missing))} in the header (columns found: "
                               f"{', '.join(map(repr, header))})", "pass text_column=/label_column= matching the header")
+    repeated = [name for name in (text_column, label_column) if header.count(name) > 1]
+    if repeated:
+        raise DataFormatError(path, 1, f"the header names column {repeated[0]!r} {header.count(repeated[0])} times",
+                              "rename or remove the extra column, so that it is clear which one is meant")
     text_at, label_at = header.index(text_column), header.index(label_column)
     items: list[LabelledText] = []
     for number, line in lines:

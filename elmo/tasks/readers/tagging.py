@@ -56,6 +56,8 @@ def _read_column_file(path: str | Path, separator: str, columns: str) -> list[Ta
                                       "fix the line or check that this is the right reader for the file")
             if fields[0] == "-DOCSTART-":
                 continue
+            if not fields[0]:
+                raise DataFormatError(path, number, "an empty token", "give every line a token before its tag")
             if not _is_bio_tag(fields[-1]):
                 raise DataFormatError(path, number, f"bad tag {fields[-1]!r}", "tags must be O, B-TYPE or I-TYPE")
             tokens.append(fields[0])
@@ -108,6 +110,9 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
                                       "fix the line (fields are separated by single TABs, '_' for empty)")
             if "-" in fields[0] or "." in fields[0]:
                 continue
+            if not fields[1] or not fields[index]:
+                raise DataFormatError(path, number, f"an empty {'FORM' if not fields[1] else column.upper()} field",
+                                      "CoNLL-U writes '_' for a field without a value")
             tokens.append(fields[1])
             tags.append(fields[index])
         if tokens:
