@@ -124,6 +124,8 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 def cmd_substitutes(args: argparse.Namespace) -> None:
     tokens = args.sentence.split()
+    if not tokens:
+        raise CommandLineError("the sentence is empty: give the sentence's tokens, separated by spaces")
     if not 0 <= args.position < len(tokens):  # a mistake in the command line: say so before loading the model
         raise CommandLineError(f"position {args.position} is outside the sentence (0..{len(tokens) - 1}: "
                                f"{len(tokens)} whitespace-separated tokens)")

@@ -174,8 +174,9 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
     files = model if isinstance(model, ModelFiles) else resolve(model)
     if files.softmax is None or files.vocab is None:
         what = "official options.json + .hdf5 hold" if files.official else "this model folder holds"
-        raise ModelFileError(f"{files.name or files.folder}: {what} no softmax, so the LM cannot be scored; give a "
-                             f"training checkpoint, a run folder or an `elmo export` folder")
+        raise ModelFileError(f"{files.name or files.folder}: {what} no softmax, so it is no language model (scoring "
+                             f"and export need one); give a training checkpoint, a run folder or an `elmo export` "
+                             f"folder")
     bilm = load_files(files)
     vocab = Vocabulary.load(files.vocab)
     softmax = LMSoftmax(len(vocab), bilm.config.lstm.projection_dim)
