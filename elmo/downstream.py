@@ -29,8 +29,8 @@ class Elmo(nn.Module):
     A frozen biLM (or any biLM under ``torch.no_grad()``) runs through an ``InferenceEngine`` (packed matrices,
     remembered token vectors) built on the first call from the weights as they are then, and built again whenever
     they have changed since: an optimizer step or any other in-place change, ``load_state_dict``, ``.to()``, new
-    parameter tensors. Once any biLM parameter requires a gradient, the biLM itself runs (with autograd) wherever
-    gradients are enabled.
+    parameter tensors; a change through ``.data`` (which PyTorch does not count) needs ``drop_engine()``. Once any
+    biLM parameter requires a gradient, the biLM itself runs (with autograd) wherever gradients are enabled.
     """
 
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
@@ -84,7 +84,7 @@ class Elmo(nn.Module):
     def _weights_version(self) -> tuple[tuple[int, int], ...]:
         """Which tensors the biLM's parameters are and how often each was changed in place (an optimizer step,
         ``load_state_dict``, a manual ``copy_``): the engine is a snapshot, rebuilt when this differs."""
-        return tuple((id(p), p._version) for p in self.bilm.parameters())
+        return tuple((id(p), 0 if p.is_inference() else p._version) for p in self.bilm.parameters())
 
     def drop_engine(self) -> None:
         """Forget the inference engine (the next frozen call builds a new one from the weights as they are)."""

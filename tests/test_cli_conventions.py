@@ -377,4 +377,20 @@ def test_plot_refuses_a_suffix_that_is_no_image_format_before_any_work(tmp_path,
 
 def test_standard_input_named_twice_is_refused(capsys):
     assert main(["perplexity", "run", "-", "-"]) == 2
-    assert "given more than once" in capsys.readouterr().err
+    assert "FILES: - (standard input) is listed 2 times" in capsys.readouterr().err
+
+
+def test_an_empty_text_argument_is_not_taken_for_an_empty_path(capsys):
+    assert main(["score", "/nonexistent-run", ""]) == 1  # the run is missing; the empty sentence is fine
+    assert "empty path" not in capsys.readouterr().err
+
+
+def test_an_output_link_that_loops_or_points_nowhere_is_one_line(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b\n")
+    (tmp_path / "loop.hdf5").symlink_to(tmp_path / "loop.hdf5")
+    (tmp_path / "nowhere.hdf5").symlink_to(tmp_path / "missing" / "out.hdf5")
+    for link in ("loop.hdf5", "nowhere.hdf5"):
+        assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / link), "--top"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "symbolic link" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "missing").exists()

@@ -205,3 +205,10 @@ def test_bad_constructor_arguments_are_one_clear_error(kwargs):
 
     with pytest.raises(ElmoError, match="Elmo: "):
         Elmo(random_bilm(small_config()), **kwargs)
+
+
+def test_a_bilm_made_under_inference_mode_runs_frozen():
+    with torch.inference_mode():
+        bilm = random_bilm(small_config())
+    out = Elmo(bilm, dropout=0.0)(batch_to_ids([["a", "b"]]))
+    assert out["elmo_representations"][0].shape[:2] == (1, 2)

@@ -424,3 +424,21 @@ def test_a_resumed_run_drops_the_metrics_of_the_steps_it_redoes(tmp_path):
     before = log.read_bytes()
     drop_metrics_after(log, 16)
     assert log.read_bytes() == before
+
+
+def test_metrics_lines_that_stay_are_kept_byte_for_byte(tmp_path):
+    from elmo.training.metrics_log import drop_metrics_after
+
+    log = tmp_path / "metrics.jsonl"
+    kept = b'{"step": 1}\r\nnote\x0cwith a form feed\n'
+    log.write_bytes(kept + b'{"step": 30}\n')
+    drop_metrics_after(log, 20)
+    assert log.read_bytes() == kept
+
+
+def test_only_a_step_folder_name_counts_as_a_foreign_checkpoint(tmp_path):
+    from elmo.io.checkpoint import foreign_checkpoint_names
+
+    (tmp_path / "step-notes.txt").write_text("mine")
+    (tmp_path / "step-00000007").mkdir()
+    assert [p.name for p in foreign_checkpoint_names(tmp_path)] == ["step-00000007"]

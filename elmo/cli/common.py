@@ -155,30 +155,37 @@ _TEXT_ARGS = {"sentence", "word", "query", "title", "layer", "device", "tokenize
 _TEXT_ARGS_BY_COMMAND = {"elmo score": ("sentences",), "elmo task train": ("input",)}
 
 
-_OUTPUT_DESTS = ("output", "out")  # "-" there is standard output
-
-
 def _check_stdio_names(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
     """Refuse ``-`` for a file argument whose command cannot read it from standard input or write it to
     standard output (it would otherwise be taken as a file named ``-``)."""
     skip = {*_STDIO_ARGS.get(command, ()), *_TEXT_ARGS, *_TEXT_ARGS_BY_COMMAND.get(command, ())}
-    readers = 0  # arguments reading standard input: it can be read once
     for action in parser._actions:
         value = getattr(args, action.dest, None)
         values = value if isinstance(value, list) else [value]
         if action.dest not in skip and STDIO in values:
             name = "/".join(action.option_strings) or action.dest.upper()
             raise CommandLineError(f"{name}: - (standard input or output) is not accepted here; give a file name")
-        if action.dest in _STDIO_ARGS.get(command, ()) and action.dest not in _OUTPUT_DESTS:
-            readers += values.count(STDIO)
-    if readers > 1:
-        raise CommandLineError("- (standard input) is given more than once; it can be read once: give files for "
-                               "the others")
+        if values.count(STDIO) > 1:  # `perplexity RUN - -` would read the one stream as two files
+            name = "/".join(action.option_strings) or action.dest.upper()
+            raise CommandLineError(f"{name}: - (standard input) is listed {values.count(STDIO)} times; it is one "
+                                   f"stream: list it once")
+
+
+def _check_empty_paths(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
+    """Refuse an empty file or folder argument (an unset shell variable): it would mean the current folder."""
+    text = {*_TEXT_ARGS, *_TEXT_ARGS_BY_COMMAND.get(command, ()), "column", "cache"}  # --cache "": the default
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if action.dest not in text and "" in values and action.dest not in ("help", "version"):
+            name = "/".join(action.option_strings) or action.dest.upper()
+            raise CommandLineError(f"{name}: an empty path (an unset shell variable?); give a file or folder name")
 
 
 def check_usage(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
     """Option combinations argparse cannot express; a mistake here is a usage error (exit code 2)."""
     _check_stdio_names(args, command, parser)
+    _check_empty_paths(args, command, parser)
     if (device := getattr(args, "device", None)) is not None:
         try:
             torch.device(device)

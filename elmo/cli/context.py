@@ -47,7 +47,8 @@ def cmd_similar(args: argparse.Namespace) -> None:
         print("\n".join(report))
 
 
-IMAGE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "gif", "eps", "ps", "svgz", "tif", "tiff", "webp")  # matplotlib's
+IMAGE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "gif", "eps", "ps", "svgz", "tif", "tiff", "webp", "avif", "pgf",
+                 "raw", "rgba")  # what matplotlib's Agg canvas writes
 
 
 def cmd_plot(args: argparse.Namespace) -> None:

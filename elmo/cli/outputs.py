@@ -52,21 +52,8 @@ def _model_files(folder: Path) -> list[Path]:
             if f is not None and f.exists()]
 
 
-# arguments that name a file or folder: an empty one (an unset shell variable) would mean the current folder
-PATH_ARGUMENTS = ("output", "out", "input", "files", "model", "task_model", "checkpoint", "options", "weights",
-                  "vocab", "sentences", "data", "train", "dev", "cache", "cache_vocab", "config", "init_from", "resume",
-                  "static", "eval_keys", "eval_xml", "semcor_keys", "semcor_xml", "wordnet")
-
-
 def check_outputs(args: argparse.Namespace, command: str) -> None:
-    """Refuse an empty path; then an output that is (or links to) an input, or a folder output that would overwrite
-    an input in it."""
-    for dest in PATH_ARGUMENTS:
-        value = getattr(args, dest, None)
-        if value == "" or (isinstance(value, list) and "" in value):
-            positional = dest in ("output", "input", "files", "task_model", "checkpoint")
-            flag = dest.upper() if positional else "--" + dest.replace("_", "-")
-            raise CommandLineError(f"{flag}: an empty path (an unset shell variable?); give a file or folder name")
+    """Refuse an output that is (or links to) an input, or a folder output that would overwrite an input in it."""
     if command not in WRITERS:
         return
     outputs, inputs, folder_names = WRITERS[command]

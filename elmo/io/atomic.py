@@ -71,7 +71,13 @@ def writable_file(target: str | Path) -> Path:
     Raises ``NotAFileError`` when that exists and is not a regular file."""
     target = Path(target)
     if target.is_symlink():
-        target = target.resolve()
+        try:
+            target = target.resolve(strict=False)
+        except (RuntimeError, OSError):  # a loop of links
+            raise NotAFileError(f"{target}: a symbolic link that leads back to itself; give the path of a file") from None
+        if not target.parent.is_dir():
+            raise NotAFileError(f"{target}: the symbolic link points into a folder that does not exist; fix the "
+                                f"link or give another path")
     if target.exists() and not target.is_file():
         kind = "a folder" if target.is_dir() else "not a regular file (a device, a pipe or a socket)"
         raise NotAFileError(f"{target}: is {kind}; writing would replace it: give the path of a file")

@@ -29,7 +29,13 @@ def foreign_checkpoint_names(run_dir: str | Path) -> list[Path]:
     run = Path(run_dir)
     if not run.is_dir():
         return []
-    return sorted(p for p in run.iterdir() if p.name.startswith(PREFIX) and not (p / "trainer.json").is_file())
+    return sorted(p for p in run.iterdir() if is_checkpoint_name(p.name) and not (p / "trainer.json").is_file())
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """``step-`` and the step's 8 digits: the one name a checkpoint of step N gets."""
+    return name.startswith(PREFIX) and len(name) == len(PREFIX) + 8 and name[len(PREFIX):].isdigit() \
+        and name[len(PREFIX):].isascii()
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from elmo.io.atomic import atomic_path
 from elmo.io.download import cache_dir, sha256_of
+from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME
 
 logger = logging.getLogger(__name__)
 FOLDER = "converted"
@@ -86,7 +87,7 @@ def clear() -> tuple[int, int]:
         if entry.is_symlink() or not entry.is_dir() or not (is_copy or (entry.name.startswith(".")
                                                                         and _is_key_prefix(entry.name))):
             continue
-        if not _holds_only_a_copy(entry):
+        if not holds_only_a_copy(entry):
             logger.warning("%s: named like a converted copy but holds other files; left as it is", entry)
             continue
         size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
@@ -96,10 +97,10 @@ def clear() -> tuple[int, int]:
     return copies, size
 
 
-COPY_FILES = ("config.json", "model.safetensors")  # what ``store``'s writer (our format's saver) puts in a copy
+COPY_FILES = (CONFIG_NAME, WEIGHTS_NAME)  # what ``store``'s writer (our format's saver) puts in a copy
 
 
-def _holds_only_a_copy(folder: Path) -> bool:
+def holds_only_a_copy(folder: Path) -> bool:
     """Whether every entry of ``folder`` is a plain file a copy consists of (or the saver's temporary file of
     one): the only folders ``clear`` deletes."""
     for entry in folder.iterdir():

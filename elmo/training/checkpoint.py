@@ -118,7 +118,10 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     for old in list_checkpoints(run)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        doomed = old.with_name(f".{old.name}.deleting")  # renamed first: a deletion cut short leaves no step-* folder
+        shutil.rmtree(doomed, ignore_errors=True)        # without trainer.json, which a resume would refuse
+        os.replace(old, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
     return final
 
 

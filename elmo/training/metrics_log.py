@@ -11,19 +11,19 @@ from elmo.io.atomic import atomic_path
 def drop_metrics_after(log: Path, step: int) -> None:
     """Remove from ``metrics.jsonl`` the records of steps after ``step`` (written by a run killed after its last
     checkpoint, which a resumed run redoes and logs again) and a last line the kill cut short; every other line,
-    ours or not, stays as it was. Rewritten atomically, and only when something is removed."""
+    ours or not, stays byte for byte. Rewritten atomically, and only when something is removed."""
     if not log.is_file():
         return
-    lines = log.read_text(encoding="utf-8", errors="surrogateescape").splitlines(keepends=True)
-    kept = [line for i, line in enumerate(lines) if not _later_step(line, step)
-            and (line.endswith("\n") or i < len(lines) - 1)]
-    if len(kept) == len(lines):
+    pieces = log.read_bytes().split(b"\n")  # lines end at "\n" only, as they were written
+    lines = [piece + b"\n" for piece in pieces[:-1]]  # the last piece: "" after a final "\n", else a cut-short line
+    kept = [line for line in lines if not _later_step(line, step)]
+    if len(kept) == len(lines) and not pieces[-1]:
         return
     with atomic_path(log) as tmp:
-        tmp.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+        tmp.write_bytes(b"".join(kept))
 
 
-def _later_step(line: str, step: int) -> bool:
+def _later_step(line: bytes, step: int) -> bool:
     try:
         record = json.loads(line)
     except ValueError:
