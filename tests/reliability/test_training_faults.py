@@ -26,11 +26,10 @@ def _config_file(tmp_path, **changes):
 
 
 def _losses(run_dir):
-    by_step = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        by_step[record["step"]] = record["loss"]  # a step redone after a kill overwrites the killed run's line
-    return [by_step[s] for s in sorted(by_step)]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [record["step"] for record in records]
+    assert len(steps) == len(set(steps)), steps  # a resumed run drops the killed run's lines of the steps it redoes
+    return [record["loss"] for record in sorted(records, key=lambda r: r["step"])]
 
 
 @pytest.mark.slow
