@@ -448,3 +448,16 @@ def test_malformed_fields_are_refused_naming_the_line(tmp_path, reader, content,
     read = {"wnut": read_wnut17, "conllu": read_conllu, "tsv": read_label_text_tsv, "stsa": read_stsa}[reader]
     with pytest.raises(DataFormatError, match=problem):
         read(path)
+
+
+def test_a_wsd_probe_over_a_sentence_without_words_names_the_file(tmp_path):
+    from elmo.errors import ElmoError
+    from elmo.tasks.probes import probe_wsd
+
+    empty = WSD_XML.replace('<sentence id="d000.s001">\n<instance id="d000.s001.t000" lemma="good" pos="ADJ">Good'
+                            '</instance>\n</sentence>', '<sentence id="d000.s001">\n</sentence>')
+    assert empty != WSD_XML
+    xml, keys = write(tmp_path / "toy.data.xml", empty), write(tmp_path / "toy.gold.key.txt", WSD_KEYS)
+    index = write(tmp_path / "index.sense", INDEX_SENSE)
+    with pytest.raises(ElmoError, match="toy.data.xml: <sentence> 2 .counting from 1. has no words"):
+        probe_wsd(None, xml, keys, xml, keys, index, tmp_path / "cache")  # refused before the embedder is used

@@ -72,7 +72,8 @@ def build_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], pat
     """Embed every sentence (all layers) into ``path``, written atomically; returns the cache."""
     lengths = np.array([len(t) for t in token_lists], dtype=np.int64)
     if (lengths == 0).any():
-        raise UsageError(f"sentence {int(np.argmax(lengths == 0))} has no tokens; drop empty sentences first")
+        raise UsageError(f"sentence {int(np.argmax(lengths == 0)) + 1} (counting from 1) has no tokens; drop empty "
+                         f"sentences first")
     offsets = np.concatenate([[0], np.cumsum(lengths)])  # (S+1,)
     n_layers, dim = embedder.bilm.config.n_output_layers, embedder.dim
     path = Path(path)

@@ -162,6 +162,10 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
     index = readers.read_wordnet_index_sense(index_sense)
     train = readers.read_wsd_xml(semcor_xml, semcor_keys)[:max_sentences]
     test = readers.read_wsd_xml(eval_xml, eval_keys)
+    for path, sentences in ((semcor_xml, train), (eval_xml, test)):
+        empty = next((i for i, s in enumerate(sentences) if not s.tokens), None)
+        if empty is not None:
+            raise UsageError(f"{path}: <sentence> {empty + 1} (counting from 1) has no words; remove it")
     train_cache = cached_features(embedder, [s.tokens for s in train], cache_dir, progress)
     test_cache = cached_features(embedder, [s.tokens for s in test], cache_dir, progress)
     n_layers = train_cache.n_layers
