@@ -289,8 +289,8 @@ def _dataset_key(line: Line, use_sentence_keys: bool, seen: set[str], path: str 
         raise InputFileError(f"{where}: {key!r} cannot be an HDF5 dataset name (empty, '.', or holding '/' or "
                              f"a NUL character); "
                              f"drop --use-sentence-keys to name datasets by line number")
-    if npz and len(key.encode("utf-8")) > NPZ_MAX_KEY_BYTES:
-        raise InputFileError(f"{where}: a sentence of {len(key.encode('utf-8')):,} bytes cannot name an entry of a "
+    if npz and (size := len(key.encode("utf-8"))) > NPZ_MAX_KEY_BYTES:
+        raise InputFileError(f"{where}: a sentence of {size:,} bytes cannot name an entry of a "
                              f".npz archive (at most {NPZ_MAX_KEY_BYTES:,}); write .hdf5, or drop "
                              f"--use-sentence-keys to name datasets by line number")
     if npz and key == META_KEY:

@@ -13,8 +13,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
         print(f"removed {copies} converted model(s), {size / 1e6:,.0f} MB, from {converted.root()}")
         return
     folder = converted.root()
-    copies = (sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and converted.is_key(p.name)
-                     and converted.holds_only_a_copy(p)) if folder.is_dir() else [])
+    copies = converted.copies()
     for copy in copies:
         size = sum(p.stat().st_size for p in copy.rglob("*") if p.is_file())
         print(f"{copy}  {size / 1e6:,.0f} MB")

@@ -159,14 +159,10 @@ def _check_stdio_names(args: argparse.Namespace, command: str, parser: argparse.
     """Refuse ``-`` for a file argument whose command cannot read it from standard input or write it to
     standard output (it would otherwise be taken as a file named ``-``)."""
     skip = {*_STDIO_ARGS.get(command, ()), *_TEXT_ARGS, *_TEXT_ARGS_BY_COMMAND.get(command, ())}
-    for action in parser._actions:
-        value = getattr(args, action.dest, None)
-        values = value if isinstance(value, list) else [value]
-        if action.dest not in skip and STDIO in values:
-            name = "/".join(action.option_strings) or action.dest.upper()
+    for dest, name, values in _given(args, parser):
+        if dest not in skip and STDIO in values:
             raise CommandLineError(f"{name}: - (standard input or output) is not accepted here; give a file name")
         if values.count(STDIO) > 1:  # `perplexity RUN - -` would read the one stream as two files
-            name = "/".join(action.option_strings) or action.dest.upper()
             raise CommandLineError(f"{name}: - (standard input) is listed {values.count(STDIO)} times; it is one "
                                    f"stream: list it once")
 
@@ -174,12 +170,17 @@ def _check_stdio_names(args: argparse.Namespace, command: str, parser: argparse.
 def _check_empty_paths(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
     """Refuse an empty file or folder argument (an unset shell variable): it would mean the current folder."""
     text = {*_TEXT_ARGS, *_TEXT_ARGS_BY_COMMAND.get(command, ()), "column", "cache"}  # --cache "": the default
+    for dest, name, values in _given(args, parser):
+        if dest not in text and "" in values:
+            raise CommandLineError(f"{name}: an empty path (an unset shell variable?); give a file or folder name")
+
+
+def _given(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, list]]:
+    """(dest, the name the user wrote it by, its values as a list) of every argument of the command."""
     for action in parser._actions:
         value = getattr(args, action.dest, None)
-        values = value if isinstance(value, list) else [value]
-        if action.dest not in text and "" in values and action.dest not in ("help", "version"):
-            name = "/".join(action.option_strings) or action.dest.upper()
-            raise CommandLineError(f"{name}: an empty path (an unset shell variable?); give a file or folder name")
+        yield action.dest, "/".join(action.option_strings) or action.dest.upper(), \
+            value if isinstance(value, list) else [value]
 
 
 def check_usage(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:

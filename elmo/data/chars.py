@@ -83,8 +83,7 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
 
 def check_char_ids(char_ids: torch.Tensor, n_characters: int) -> None:
     """Refuse ids outside the character table (0 .. ``n_characters`` - 1) in one line, before the embedding
-    lookup would fail with a bare IndexError, and rows padded on the left (or with padding between tokens), whose
-    mask and sentence boundaries would silently be wrong. Two passes over the ids: cheap beside the convolutions."""
+    lookup would fail with a bare IndexError. One reduction over the ids: cheap beside the convolutions."""
     if char_ids.numel() == 0:
         return
     low, high = (int(v) for v in torch.aminmax(char_ids))
@@ -92,12 +91,6 @@ def check_char_ids(char_ids: torch.Tensor, n_characters: int) -> None:
         raise UsageError(f"character id {high if high >= n_characters else low} is out of range: this model takes "
                          f"ids 0..{n_characters - 1} (0 = padding), as elmo.batch_to_ids makes them; build the ids "
                          f"with batch_to_ids instead of by hand")
-    real = (char_ids > 0).any(-1)  # (B, T) slots holding a token
-    gaps = real[:, 1:] & ~real[:, :-1]  # (B, T-1) a token right after a padding slot
-    if bool(gaps.any()):
-        row, slot = (int(v) for v in gaps.nonzero()[0])
-        raise UsageError(f"character ids: row {row} has padding at position {slot} before a token; rows must be "
-                         f"padded on the right (tokens first, then all-zero slots), as elmo.batch_to_ids makes them")
 
 
 def boundary_ids(width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,10 +103,18 @@ def boundary_ids(width: int) -> tuple[torch.Tensor, torch.Tensor]:
 def add_sentence_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Wrap every row as ``<S> w_1 .. w_n </S>``: (B, T, W) -> ids (B, T + 2, W) and lengths (B,) = n + 2.
 
-    An empty row becomes ``<S> </S>`` (docs/format.md §4.1): it still runs, and yields no output vectors.
+    An empty row becomes ``<S> </S>`` (docs/format.md §4.1): it still runs, and yields no output vectors. Rows must
+    be padded on the right (tokens first, then all-zero slots), as ``batch_to_ids`` makes them: a row padded on the
+    left or between tokens is refused, since its length, mask and ``</S>`` would be wrong.
     """
     batch, steps, width = char_ids.shape
-    lengths = (char_ids > 0).any(-1).sum(-1)  # (B,) real tokens per row (rows are left-aligned)
+    real = (char_ids > 0).any(-1)  # (B, T) slots holding a token
+    gaps = real[:, 1:] & ~real[:, :-1]  # (B, T-1) a token right after a padding slot
+    if bool(gaps.any()):
+        row, slot = (int(v) for v in gaps.nonzero()[0])
+        raise UsageError(f"character ids: row {row} has padding at position {slot} before a token; rows must be "
+                         f"padded on the right (tokens first, then all-zero slots), as elmo.batch_to_ids makes them")
+    lengths = real.sum(-1)  # (B,) real tokens per row
     bos, eos = boundary_ids(width)
     out = char_ids.new_zeros(batch, steps + 2, width)  # (B, T+2, W)
     out[:, 1 : steps + 1] = char_ids

@@ -8,11 +8,18 @@ Writing and reading the whole checkpoint (softmax, vocabulary, optimizer, carrie
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from elmo.io.native import ModelFileError
 
 PREFIX = "step-"  # a checkpoint's folder: PREFIX + the step in 8 digits; complete once trainer.json is in it
+_CHECKPOINT_NAME = re.compile(re.escape(PREFIX) + r"[0-9]{8}")
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A complete checkpoint of elmo's: a folder holding trainer.json (written last)."""
+    return (path / "trainer.json").is_file()
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -20,28 +27,23 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     run = Path(run_dir)
     if not run.is_dir():
         return []
-    return sorted(p for p in run.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
-                  and (p / "trainer.json").is_file())
+    return sorted(p for p in run.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and is_checkpoint(p))
 
 
 def foreign_checkpoint_names(run_dir: str | Path) -> list[Path]:
-    """Entries of a run folder named like a checkpoint (``step-*``) that are not one (no trainer.json): not ours."""
+    """Entries of a run folder with the name a checkpoint gets (``step-`` and 8 digits) that are not one: not ours,
+    and saving that step would replace them."""
     run = Path(run_dir)
     if not run.is_dir():
         return []
-    return sorted(p for p in run.iterdir() if is_checkpoint_name(p.name) and not (p / "trainer.json").is_file())
+    return sorted(p for p in run.iterdir() if _CHECKPOINT_NAME.fullmatch(p.name) and not is_checkpoint(p))
 
-
-def is_checkpoint_name(name: str) -> bool:
-    """``step-`` and the step's 8 digits: the one name a checkpoint of step N gets."""
-    return name.startswith(PREFIX) and len(name) == len(PREFIX) + 8 and name[len(PREFIX):].isdigit() \
-        and name[len(PREFIX):].isascii()
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory itself, or the newest one inside a run directory."""
     path = Path(path)
-    if (path / "trainer.json").is_file():
+    if is_checkpoint(path):
         return path
     found = list_checkpoints(path)
     if not found:

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from elmo.io.atomic import atomic_path
@@ -82,25 +83,37 @@ def clear() -> tuple[int, int]:
     if not folder.is_dir():
         return 0, 0
     copies = size = 0
-    for entry in folder.iterdir():
-        is_copy = is_key(entry.name)
-        if entry.is_symlink() or not entry.is_dir() or not (is_copy or (entry.name.startswith(".")
-                                                                        and _is_key_prefix(entry.name))):
-            continue
-        if not holds_only_a_copy(entry):
-            logger.warning("%s: named like a converted copy but holds other files; left as it is", entry)
-            continue
+    for entry in _entries(folder, leftovers=True):
         size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
         shutil.rmtree(entry)
-        copies += is_copy
+        copies += is_key(entry.name)
     (folder / INDEX).unlink(missing_ok=True)
     return copies, size
+
+
+def copies() -> list[Path]:
+    """The converted copies in the cache (what ``clear`` deletes, but for leftovers of interrupted writes)."""
+    folder = root()
+    return sorted(_entries(folder, leftovers=False)) if folder.is_dir() else []
+
+
+def _entries(folder: Path, leftovers: bool) -> Iterator[Path]:
+    """Folders of ours in ``folder``: named by a key (or, with ``leftovers``, a temporary folder of ``store``),
+    not a link, and holding nothing but a copy's files; a key-named folder holding more is left, with a warning."""
+    for entry in folder.iterdir():
+        named = is_key(entry.name) or (leftovers and entry.name.startswith(".") and _is_key_prefix(entry.name))
+        if not named or entry.is_symlink() or not entry.is_dir():
+            continue
+        if _holds_only_a_copy(entry):
+            yield entry
+        else:
+            logger.warning("%s: named like a converted copy but holds other files; left as it is", entry)
 
 
 COPY_FILES = (CONFIG_NAME, WEIGHTS_NAME)  # what ``store``'s writer (our format's saver) puts in a copy
 
 
-def holds_only_a_copy(folder: Path) -> bool:
+def _holds_only_a_copy(folder: Path) -> bool:
     """Whether every entry of ``folder`` is a plain file a copy consists of (or the saver's temporary file of
     one): the only folders ``clear`` deletes."""
     for entry in folder.iterdir():

@@ -134,6 +134,6 @@ def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int | No
             tokens += n
             if n > longest:
                 longest, longest_line = n, lines.number
-            if not carriage_return_line and "\r" in line.removesuffix("\n").removesuffix("\r"):
+            if not carriage_return_line and "\r" in line and "\r" in line.removesuffix("\n").removesuffix("\r"):
                 carriage_return_line = lines.number
         return TextScan(lines.number, tokens, longest, longest_line, carriage_return_line)

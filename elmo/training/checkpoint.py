@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path, check_free_space, new_file_mode
-from elmo.io.checkpoint import PREFIX, list_checkpoints, resolve_checkpoint
+from elmo.io.checkpoint import PREFIX, is_checkpoint, list_checkpoints, resolve_checkpoint
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import ModelFileError, load_state_strict, save_model
@@ -108,7 +108,7 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         _write_json(tmp / "trainer.json", {"step": step, **trainer})
         _fsync_dir(tmp)
         if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours
-            if not (final / "trainer.json").is_file():
+            if not is_checkpoint(final):
                 raise ModelFileError(f"{final}: exists and is not a checkpoint of elmo's (no trainer.json); not "
                                      f"replaced: move it away and resume from the last checkpoint")
             shutil.rmtree(final)
