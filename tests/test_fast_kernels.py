@@ -147,6 +147,9 @@ def test_one_row_blocks_give_the_plain_product(rows, shape, count):
     multiplier = RightMultiplier(weight, one_row_blocks=True)
     assert multiplier.blocks is not None and multiplier.blocks.shape == (count, inner, out // count)
     assert multiplier.packed is None  # packed from the blocks at the first product of several rows
+    other_copies = [name for name, value in vars(multiplier).items()
+                    if isinstance(value, torch.Tensor) and value is not multiplier.blocks]
+    assert other_copies == []  # the blocks are its one copy of W until then (no unused transposed copy)
     weight_at_build = weight.clone()
     weight.mul_(2.0)  # the multiplier holds the weight it was built from, packed early or late
     for add, want in ((None, x @ weight_at_build.t()), (bias, torch.addmm(bias, x, weight_at_build.t())),

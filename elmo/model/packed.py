@@ -150,8 +150,10 @@ class RightMultiplier:
         if one_row_blocks and self.library == "onednn" and dtype == torch.float32 and count:
             self.blocks = one_row_blocks_of(weight.detach(), count)  # (S, in, out / S)
         self.packing = threading.Lock()  # the packed copy of a matrix held in blocks is made on first use, once
-        if self.library == "onednn" and self.blocks is None:
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(), _ROWS_HINT)
+        if self.library == "onednn":
+            if self.blocks is None:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(),
+                                                                      _ROWS_HINT)
         elif self.library == "mkl":
             self.weight = weight.detach().contiguous()  # (out, in) MKL wants the original too
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, _ROWS_HINT)
