@@ -442,3 +442,14 @@ def test_only_a_step_folder_name_counts_as_a_foreign_checkpoint(tmp_path):
     (tmp_path / "step-notes.txt").write_text("mine")
     (tmp_path / "step-00000007").mkdir()
     assert [p.name for p in foreign_checkpoint_names(tmp_path)] == ["step-00000007"]
+
+
+def test_only_step_folders_are_checkpoints_and_they_sort_by_step(tmp_path):
+    """A user's copy named like a checkpoint (``step-00000005-backup``) is never listed, so pruning never deletes
+    it; from step 100,000,000 on the names grow a digit and still sort by step."""
+    from elmo.io.checkpoint import list_checkpoints
+
+    for name in ("step-00000005", "step-00000005-backup", "step-99999999", "step-100000000", "step-7"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer.json").write_text("{}")
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000005", "step-99999999", "step-100000000"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from elmo.io.native import ModelFileError
 
-PREFIX = "step-"  # a checkpoint's folder: PREFIX + the step in 8 digits; complete once trainer.json is in it
-_CHECKPOINT_NAME = re.compile(re.escape(PREFIX) + r"[0-9]{8}")
+PREFIX = "step-"  # a checkpoint's folder: PREFIX + the step in 8 digits or more; complete once trainer.json is in it
+_CHECKPOINT_NAME = re.compile(re.escape(PREFIX) + r"[0-9]{8,}")
 
 
 def is_checkpoint(path: Path) -> bool:
@@ -22,12 +22,19 @@ def is_checkpoint(path: Path) -> bool:
     return (path / "trainer.json").is_file()
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The step a checkpoint's folder name gives (``step-00001250`` -> 1250), or None for any other name (a user's
+    ``step-00001250-backup`` is not a checkpoint: never listed, never pruned)."""
+    return int(path.name[len(PREFIX) :]) if _CHECKPOINT_NAME.fullmatch(path.name) else None
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+    """Complete checkpoints of a run, oldest first (by step: from step 100,000,000 on the names grow a digit)."""
     run = Path(run_dir)
     if not run.is_dir():
         return []
-    return sorted(p for p in run.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and is_checkpoint(p))
+    found = [p for p in run.iterdir() if checkpoint_step(p) is not None and p.is_dir() and is_checkpoint(p)]
+    return sorted(found, key=checkpoint_step)
 
 
 def foreign_checkpoint_names(run_dir: str | Path) -> list[Path]:
@@ -36,7 +43,7 @@ def foreign_checkpoint_names(run_dir: str | Path) -> list[Path]:
     run = Path(run_dir)
     if not run.is_dir():
         return []
-    return sorted(p for p in run.iterdir() if _CHECKPOINT_NAME.fullmatch(p.name) and not is_checkpoint(p))
+    return sorted(p for p in run.iterdir() if checkpoint_step(p) is not None and not is_checkpoint(p))
 
 
 
