@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from elmo.data.vocab import Vocabulary
+from elmo.io.native import save_model
 from elmo.training.checkpoint import load_language_model
 from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, zero_state_perplexity
 from elmo.training.lm import LanguageModel
 from elmo.training.trainer import Trainer
-from tests.conftest import micro_train_config
+from tests.conftest import micro_train_config, random_bilm, small_config
 
 
 def _ppl(trainer, dev):
@@ -200,6 +201,27 @@ def test_a_new_run_refuses_a_directory_that_holds_another_run(text_slices, tmp_p
     resumed = Trainer(micro_train_config(max_steps=4), [train], tmp_path / "r", resume=tmp_path / "r", progress=False)
     resumed.train()
     assert resumed.step == 4
+
+
+def test_a_new_run_refuses_a_model_folder_and_an_earlier_runs_log(text_slices, tmp_path):
+    """A run inside a model folder would be hidden by that model wherever the folder is named as a model; an earlier
+    run's metrics.jsonl (its checkpoints moved away) would be replaced. Both are refused before anything is written,
+    and the log is left byte for byte."""
+    train, _, vocab_file = text_slices
+    vocab = Vocabulary.load(vocab_file)
+    model = tmp_path / "model"
+    save_model(random_bilm(small_config()), model)
+    before = sorted(p.name for p in model.iterdir())
+    with pytest.raises(ValueError, match="holds a model"):
+        Trainer(micro_train_config(max_steps=1), [train], model, vocab=vocab, progress=False)
+    assert sorted(p.name for p in model.iterdir()) == before
+    run = tmp_path / "run"
+    run.mkdir()
+    log = b'{"step": 100, "loss": 1.5}\n'
+    (run / "metrics.jsonl").write_bytes(log)
+    with pytest.raises(ValueError, match=r"metrics.jsonl: the log of an earlier run"):
+        Trainer(micro_train_config(max_steps=1), [train], run, vocab=vocab, progress=False)
+    assert (run / "metrics.jsonl").read_bytes() == log and sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
 
 
 def test_checkpoint_files_get_a_plain_files_permissions(text_slices, tmp_path):

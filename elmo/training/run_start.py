@@ -18,6 +18,7 @@ from elmo import pretrained
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resolve_checkpoint
+from elmo.io.native import is_model_dir
 from elmo.io.resolve import resolve
 from elmo.training.checkpoint import Checkpoint, load_checkpoint
 from elmo.training.config import TrainConfig
@@ -67,13 +68,20 @@ def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, res
 def check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
     """A new run must not write into another run's directory: pruning would delete the new checkpoints as the
     oldest, and a later --resume would pick up the old run. Nor may it hold a file or folder named like a
-    checkpoint that is not one (no trainer.json): saving that step would replace it."""
+    checkpoint that is not one (no trainer.json): saving that step would replace it; nor a model (config.json and
+    model.safetensors), which the folder's name would go on meaning; nor an earlier run's metrics.jsonl."""
     foreign = foreign_checkpoint_names(out_dir)
     if foreign:
         raise UsageError(f"{foreign[0]}: named like a checkpoint of elmo's but not one (no trainer.json); a checkpoint "
                          f"of that step would replace it: move it away, or choose another --out")
     existing = list_checkpoints(out_dir)
     if not existing:
+        if is_model_dir(out_dir):
+            raise UsageError(f"{out_dir} holds a model (config.json and model.safetensors): named as a model, the "
+                             f"folder would still mean that one, not the run's checkpoints: choose another --out")
+        if resume is None and (out_dir / "metrics.jsonl").exists():
+            raise UsageError(f"{out_dir / 'metrics.jsonl'}: the log of an earlier run; a new run would replace "
+                             f"it: move it away, or choose another --out")
         return
     chosen = resolve_checkpoint(resume).resolve() if resume is not None else None
     if chosen is not None and chosen.parent == out_dir.resolve():
