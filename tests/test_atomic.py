@@ -63,3 +63,52 @@ def test_new_folders_are_removed_on_failure_unless_something_was_put_in_them(tmp
             (folder.parent / "kept.txt").write_text("x")  # "a" received something: it stays, "b" goes
             raise RuntimeError("failed")
     assert (tmp_path / "a" / "kept.txt").exists() and not (tmp_path / "a" / "b").exists()
+
+
+def test_same_file_answers_for_a_loop_of_links(tmp_path):
+    """A loop of symbolic links is no file: the answer is False, not an exception (output checks call it on any
+    path a user gives)."""
+    from elmo.io.atomic import same_file
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "f").write_text("x")
+    assert not same_file(tmp_path / "a", tmp_path / "f") and not same_file(tmp_path / "f", tmp_path / "a")
+
+
+def test_atomic_folder_writes_a_whole_folder_or_nothing(tmp_path):
+    """A new folder appears whole; an earlier output (exactly its names) is replaced whole; a failure leaves the
+    earlier output as it was and no temporary folder; a folder holding anything else is refused untouched; a link to
+    a folder stays a link."""
+    from elmo.io.atomic import FolderInUseError, atomic_folder
+
+    names = ("a.txt", "b.txt")
+
+    def write(folder, text):
+        with atomic_folder(folder, names) as tmp:
+            for name in names:
+                (tmp / name).write_text(text)
+                if text == "fail":
+                    raise OSError("disk on fire")
+
+    out = tmp_path / "new" / "out"
+    write(out, "one")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"a.txt": "one", "b.txt": "one"}
+    write(out, "two")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"a.txt": "two", "b.txt": "two"}
+    with pytest.raises(OSError, match="disk on fire"):
+        write(out, "fail")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"a.txt": "two", "b.txt": "two"}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out"]  # no temporary folder left
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a.txt").write_text("my notes")
+    with pytest.raises(FolderInUseError, match="mine: holds a.txt and is not an earlier output"):
+        write(mine, "three")
+    assert [(p.name, p.read_text()) for p in mine.iterdir()] == [("a.txt", "my notes")]
+    with pytest.raises(OSError, match="disk on fire"):
+        write(tmp_path / "p" / "q" / "r", "fail")
+    assert not (tmp_path / "p").exists()  # the parents made for it are gone too
+    (tmp_path / "link").symlink_to(out)
+    write(tmp_path / "link", "four")
+    assert (tmp_path / "link").is_symlink() and (out / "a.txt").read_text() == "four"

@@ -66,6 +66,60 @@ def new_folders(folder: str | Path) -> Iterator[Path]:
         raise
 
 
+class FolderInUseError(ElmoError, FileExistsError):
+    """An output folder that holds files a whole-folder write did not make: replacing the folder would lose them."""
+
+
+def check_replaceable_folder(folder: str | Path, names: tuple[str, ...]) -> None:
+    """``atomic_folder``'s check, to run before the work: ``folder`` is absent, empty, or holds exactly ``names``
+    (an earlier output of the same command, all regular files); otherwise ``FolderInUseError`` names what is there."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        try:
+            folder.resolve(strict=True)
+        except (OSError, RuntimeError):  # dangling, or a loop of links (RuntimeError before Python 3.13)
+            raise FolderInUseError(f"{folder}: a symbolic link that leads nowhere; give a folder's path") from None
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise FolderInUseError(f"{folder}: is not a folder; this command writes a folder of files: give a new one")
+    entries = sorted(folder.iterdir())
+    if not entries or ({p.name for p in entries} == set(names) and all(p.is_file() for p in entries)):
+        return
+    other = next((p for p in entries if p.name not in names or not p.is_file()), entries[0])
+    raise FolderInUseError(f"{folder}: holds {other.name} and is not an earlier output of this command (which writes "
+                           f"{', '.join(names)} as one folder); give a new or empty folder")
+
+
+@contextmanager
+def atomic_folder(folder: str | Path, names: tuple[str, ...]) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``folder`` to write ``names`` into; on success it becomes ``folder``
+    (an earlier output there, checked by ``check_replaceable_folder``, is replaced as a whole), on error it is
+    removed with any parent folders made for it. Readers never see a half-written folder or old and new files
+    mixed."""
+    check_replaceable_folder(folder, names)
+    folder = Path(os.path.realpath(folder))  # a link to a folder: the folder is replaced, the link stays
+    with new_folders(folder.parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        try:
+            yield tmp
+            missing = [name for name in names if not (tmp / name).is_file()]
+            if missing:
+                raise RuntimeError(f"{tmp}: {missing[0]} was not written")  # a bug of the caller's
+            os.chmod(tmp, 0o777 & ~_umask())
+            check_replaceable_folder(folder, names)  # again: something may have arrived meanwhile
+            if folder.exists() and any(folder.iterdir()):
+                old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
+                os.replace(folder, old)  # onto the empty placeholder
+                os.replace(tmp, folder)
+                shutil.rmtree(old)
+            else:
+                os.replace(tmp, folder)  # a new name, or onto an empty folder
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
 def writable_file(target: str | Path) -> Path:
     """The path an atomic write of ``target`` replaces: ``target`` itself, or the file a symbolic link points to.
     Raises ``NotAFileError`` when that exists and is not a regular file."""
@@ -87,19 +141,24 @@ def writable_file(target: str | Path) -> Path:
 def same_file(a: str | Path, b: str | Path) -> bool:
     """True when two names are one file: the same path after links are followed, or the same inode (a hard link)."""
     a, b = Path(a), Path(b)
-    if a.resolve() == b.resolve():
-        return True
     try:
+        if a.resolve() == b.resolve():
+            return True
         return os.path.samefile(a, b)
-    except OSError:
+    except (OSError, RuntimeError):  # a missing file, or a loop of links (RuntimeError before Python 3.13)
         return False
 
 
 def new_file_mode() -> int:
-    """0o666 minus the process umask (read by setting it and putting it back)."""
+    """0o666 minus the process umask."""
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
     umask = os.umask(0o022)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
 
 
 def free_bytes(path: str | Path) -> int:

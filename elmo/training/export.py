@@ -9,23 +9,28 @@ import torch
 
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import Vocabulary
-from elmo.io.atomic import atomic_path, check_free_space, write_errors
+from elmo.io.atomic import atomic_folder, atomic_path, check_free_space, check_replaceable_folder, write_errors
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model, save_language_model
 
 
+EXPORT_FILES = ("options.json", "weights.hdf5", "config.json", "model.safetensors", "softmax.safetensors",
+                "vocab.txt")  # what `elmo export` writes, as one folder
+
+
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """Write into ``out_dir``: options.json + weights.hdf5 (official, for AllenNLP / bilm-tf / ``--options``)
-    and config.json + model.safetensors + softmax.safetensors + vocab.txt (ours, to embed, score or train on).
-    Both name the tokenizer of the training text (``bilm.tokenizer_name``), so embed / show / perplexity split
-    raw text alike."""
+    """Write ``out_dir`` as one folder: options.json + weights.hdf5 (official, for AllenNLP / bilm-tf /
+    ``--options``) and config.json + model.safetensors + softmax.safetensors + vocab.txt (ours, to embed, score or
+    train on). Both name the tokenizer of the training text (``bilm.tokenizer_name``), so embed / show / perplexity
+    split raw text alike. The folder must be new, empty or an earlier export (replaced whole); a failure leaves it as
+    it was (``elmo.io.atomic.atomic_folder``)."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out}: is a file; export writes several files, give a folder")
+    check_replaceable_folder(out, EXPORT_FILES)  # before the checkpoint is read
     bilm, softmax, vocab = load_language_model(checkpoint)
-    export_official(bilm, out)
-    save_language_model(out, bilm, softmax, vocab)
+    with atomic_folder(out, EXPORT_FILES) as tmp:
+        export_official(bilm, tmp)
+        save_language_model(tmp, bilm, softmax, vocab)
     return out
 
 
