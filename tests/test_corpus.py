@@ -128,3 +128,15 @@ def test_each_epoch_reads_the_files_in_its_own_order_and_resumes_there(tmp_path)
     old_position = {k: v for k, v in again.state_dict().items() if k != "file_order"}
     legacy.load_state_dict(old_position | {"epoch": 1, "file_index": 2, "line": 0})
     assert files_read(legacy, 4) == list("CDEF")
+
+
+def test_a_chunk_ends_with_the_pass_and_at_its_token_budget(tmp_path):
+    """A short corpus is not repeated inside one chunk (a one-line file of 1,000 tokens once filled a chunk of
+    20,000 copies: gigabytes, and a checkpoint queue of hundreds of MB), and long lines end a chunk early; the
+    sentences keep coming, pass after pass."""
+    (tmp_path / "one.txt").write_text(" ".join(f"w{i}" for i in range(1_000)) + "\n")
+    source = SentenceSource([tmp_path / "one.txt"], shuffle=False)
+    assert [len(source.next_chunk()) for _ in range(3)] == [1, 1, 1]
+    (tmp_path / "long.txt").write_text("".join(" ".join(["x"] * 300) + "\n" for _ in range(10)))
+    source = SentenceSource([tmp_path / "long.txt"], shuffle=False, chunk_tokens=1_000)
+    assert [len(source.next_chunk()) for _ in range(4)] == [4, 4, 2, 4]  # 4 x 300 tokens reach 1,000; the pass ends

@@ -57,6 +57,9 @@ def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
     return files
 
 
+CHUNK_TOKENS = 2_000_000  # a chunk of sentences ends once it holds this many tokens (memory, checkpoint size)
+
+
 def open_text(path: Path) -> Utf8Lines:
     """A text file, plain or gzip, as UTF-8 lines split on '\\n' only; errors name their line."""
     return Utf8Lines(path)
@@ -75,11 +78,12 @@ class SentenceSource:
 
     def __init__(self, files: Sequence[Path], tokenizer: Callable[[str], list[str]] = str.split, seed: int = 0,
                  chunk_size: int = 20_000, shuffle: bool = True, loop: bool = True,
-                 limit: int | None = None) -> None:
+                 limit: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> None:
         if not files:
             raise CorpusError("no training files")
         self.files, self.tokenizer, self.seed = list(files), tokenizer, seed
         self.chunk_size, self.shuffle, self.loop = chunk_size, shuffle, loop
+        self.chunk_tokens = chunk_tokens
         self.limit = limit  # one pass only: stop after this many sentences
         self.served = 0
         self.epoch = self.file_index = self.line = self.chunks = 0
@@ -104,15 +108,18 @@ class SentenceSource:
         return random.Random(f"{self.seed}:files:{epoch}").sample(self.files, len(self.files))
 
     def next_chunk(self) -> list[list[str]] | None:
-        """Up to ``chunk_size`` non-empty sentences, or None at the end of a single pass."""
+        """Up to ``chunk_size`` non-empty sentences, or None at the end of a single pass. A chunk ends at the end of
+        a pass over the files (a short corpus is not repeated inside one chunk) and once it holds ``chunk_tokens``
+        tokens (long lines do not make it huge): it is what memory and a checkpoint's queue hold."""
         sentences: list[list[str]] = []
         passes_without_text = 0
         wanted = self.chunk_size
         if self.limit is not None and not self.loop:
             wanted = min(wanted, self.limit - self.served)
-        while len(sentences) < wanted:
+        tokens_read = 0
+        while len(sentences) < wanted and tokens_read < self.chunk_tokens:
             if self.file_index >= len(self.files):
-                if not self.loop:
+                if not self.loop or sentences:
                     break
                 if not sentences and passes_without_text:
                     raise CorpusError(f"{self.files[0]}: the training files hold no non-empty line")
@@ -130,7 +137,8 @@ class SentenceSource:
                     raise CorpusError(f"{path}, line {self.line}: tokenizer failed ({err})") from None
                 if tokens:
                     sentences.append(tokens)
-                    if len(sentences) >= wanted:
+                    tokens_read += len(tokens)
+                    if len(sentences) >= wanted or tokens_read >= self.chunk_tokens:
                         break
             else:
                 self.file_index, self.line = self.file_index + 1, 0
