@@ -1,9 +1,12 @@
 """The LM batcher: streams, targets, reversal, row dealing across ranks, resumable position."""
 
 import gzip
+import os
+
+import pytest
 
 from elmo.data.chars import word_to_char_ids
-from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
+from elmo.data.corpus import CorpusError, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
 
 SENTENCES = ["a b c", "d e", "f g h i", "j", "k l m"]
@@ -140,3 +143,21 @@ def test_a_chunk_ends_with_the_pass_and_at_its_token_budget(tmp_path):
     (tmp_path / "long.txt").write_text("".join(" ".join(["x"] * 300) + "\n" for _ in range(10)))
     source = SentenceSource([tmp_path / "long.txt"], shuffle=False, chunk_tokens=1_000)
     assert [len(source.next_chunk()) for _ in range(4)] == [4, 4, 2, 4]  # 4 x 300 tokens reach 1,000; the pass ends
+
+
+def test_named_text_that_is_not_a_file_is_refused_by_name(tmp_path):
+    """A broken link, a pipe or a pattern matching only folders was skipped in silence (a perplexity without the
+    text named, exit 0); now each is an error naming it. Folders a pattern also matches are left out."""
+    (tmp_path / "a.txt").write_text("a b\n")
+    (tmp_path / "broken.txt").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(CorpusError, match="broken.txt: a symbolic link to nothing"):
+        expand_files([tmp_path / "a.txt", tmp_path / "broken.txt"])
+    with pytest.raises(CorpusError, match="pipe: not a regular file"):
+        expand_files([tmp_path / "pipe"])
+    with pytest.raises(CorpusError, match="su\\*: matches only folders"):
+        expand_files([str(tmp_path / "su*")])
+    (tmp_path / "broken.txt").unlink()
+    (tmp_path / "pipe").unlink()
+    assert expand_files([str(tmp_path / "*")]) == [tmp_path / "a.txt"]

@@ -23,6 +23,7 @@ with R rows. Text is read in chunks, shuffled within each chunk, so memory does 
 from __future__ import annotations
 
 import glob
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,19 +43,36 @@ class CorpusError(ElmoError, ValueError):
 
 def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
     """Files named directly or by glob patterns, in sorted order per pattern; an unmatched pattern is an error.
-    A name that exists is taken literally (``corpus[1].txt`` is that file, not a pattern)."""
+    A name that exists is taken literally (``corpus[1].txt`` is that file, not a pattern). Text is read more than
+    once (passes, resumes), so a pipe, a device or a broken link is refused by name, never skipped; a pattern may
+    match folders too (they are left out) but must match a file."""
     files: list[Path] = []
     for pattern in patterns:
-        if Path(pattern).is_file():
-            files.append(Path(pattern))
+        path = Path(pattern)
+        if path.is_dir():
+            raise CorpusError(f"{pattern}: is a folder; give its files, e.g. '{path / '*.txt'}' (quoted)")
+        if os.path.lexists(path):
+            files.append(_text_file(path))
             continue
-        if Path(pattern).is_dir():
-            raise CorpusError(f"{pattern}: is a folder; give its files, e.g. '{Path(pattern) / '*.txt'}' (quoted)")
-        matched = sorted(glob.glob(str(pattern), recursive=True))
+        matched = [Path(m) for m in sorted(glob.glob(str(pattern), recursive=True))]
         if not matched:
             raise CorpusError(f"{pattern}: no such file (or the pattern matches nothing)")
-        files += [Path(m) for m in matched if Path(m).is_file()]
+        found = [_text_file(m) for m in matched if not m.is_dir()]
+        if not found:
+            raise CorpusError(f"{pattern}: matches only folders; give a pattern of files, e.g. "
+                              f"'{Path(pattern) / '*.txt'}' (quoted)")
+        files += found
     return files
+
+
+def _text_file(path: Path) -> Path:
+    """``path`` if it is a regular file (or a link to one), else a ``CorpusError`` that says what it is."""
+    if path.is_file():
+        return path
+    if path.is_symlink() and not path.exists():
+        raise CorpusError(f"{path}: a symbolic link to nothing; give the path of the text file")
+    raise CorpusError(f"{path}: not a regular file (a pipe or a device); text is read more than once: save it to a "
+                      f"file, or give it on standard input as -")
 
 
 CHUNK_TOKENS = 2_000_000  # a chunk of sentences ends once it holds this many tokens (memory, checkpoint size)

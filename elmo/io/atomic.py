@@ -82,7 +82,7 @@ def check_replaceable_folder(folder: str | Path, names: tuple[str, ...]) -> None
     if not folder.exists():
         return
     if not folder.is_dir():
-        raise FolderInUseError(f"{folder}: is not a folder; this command writes a folder of files: give a new one")
+        raise FolderInUseError(f"{folder}: is a file; this command writes a folder of files: give a folder (a new or empty one)")
     entries = sorted(folder.iterdir())
     if not entries or ({p.name for p in entries} == set(names) and all(p.is_file() for p in entries)):
         return
