@@ -82,13 +82,14 @@ def check_replaceable_folder(folder: str | Path, names: tuple[str, ...]) -> None
     if not folder.exists():
         return
     if not folder.is_dir():
-        raise FolderInUseError(f"{folder}: is a file; this command writes a folder of files: give a folder (a new or empty one)")
+        raise FolderInUseError(f"{folder}: is a file; this command writes a folder of files: give a folder (a new "
+                               f"or empty one)")
     entries = sorted(folder.iterdir())
     if not entries or ({p.name for p in entries} == set(names) and all(p.is_file() for p in entries)):
         return
     other = next((p for p in entries if p.name not in names or not p.is_file()), entries[0])
-    raise FolderInUseError(f"{folder}: holds {other.name} and is not an earlier output of this command (which writes "
-                           f"{', '.join(names)} as one folder); give a new or empty folder")
+    raise FolderInUseError(f"{folder}: holds {other.name} and is not an earlier output of this command (which "
+                           f"writes {', '.join(names)} as one folder); give a new or empty folder")
 
 
 @contextmanager
