@@ -56,6 +56,26 @@ def test_a_changed_weight_file_is_converted_again(cache, tmp_path):
     assert len([p for p in cache.iterdir() if converted.is_key(p.name)]) == 2
 
 
+@pytest.mark.parametrize("damage", ["truncate", "config"])
+def test_a_damaged_copy_is_converted_again(cache, tmp_path, caplog, damage):
+    """A converted copy cut short (or its config.json spoiled) made every later load of the official pair fail,
+    naming the cache file; the copy is ours, so it is replaced from the user's files, with a warning."""
+    options, weights = _pair(tmp_path / "official")
+    expected = _layers(load_bilm(options=options, weights=weights))
+    (copy,) = [p for p in cache.iterdir() if converted.is_key(p.name)]
+    if damage == "truncate":
+        with open(copy / "model.safetensors", "r+b") as f:
+            f.truncate(1000)
+    else:
+        (copy / "config.json").write_text("{not json")
+    with caplog.at_level(logging.WARNING):
+        again = load_bilm(options=options, weights=weights)
+    assert "damaged" in caplog.text and "converting the official files again" in caplog.text
+    assert all(torch.equal(a, b) for a, b in zip(expected, _layers(again)))
+    assert load_bilm(options=options, weights=weights) is not None  # the new copy loads
+    assert (copy / "model.safetensors").stat().st_size > 1000 and "{not json" not in (copy / "config.json").read_text()
+
+
 def test_an_unwritable_cache_still_loads(tmp_path, monkeypatch, caplog):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder would be")

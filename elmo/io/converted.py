@@ -91,6 +91,13 @@ def clear() -> tuple[int, int]:
     return copies, size
 
 
+def discard(copy: Path) -> None:
+    """Delete one converted copy that cannot be read (the next load converts the pair again); a folder holding
+    anything but a copy's files is left as it is."""
+    if copy.parent == root() and is_key(copy.name) and not copy.is_symlink() and _holds_only_a_copy(copy):
+        shutil.rmtree(copy, ignore_errors=True)
+
+
 def copies() -> list[Path]:
     """The converted copies in the cache (what ``clear`` deletes, but for leftovers of interrupted writes)."""
     folder = root()

@@ -3,14 +3,18 @@ builds the biLM from its files."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+from elmo.config import ConfigError
 from elmo.io import converted, nlpl
 from elmo.io.model_files import ModelFiles
-from elmo.io.native import load_model, save_model
+from elmo.io.native import ModelFileError, load_model, save_model
 from elmo.io.official import load_official
 from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
+
+logger = logging.getLogger(__name__)
 
 
 def load_bilm(model: str | Path | None = None, options: str | Path | None = None,
@@ -27,9 +31,15 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
     if not files.official:
         return load_model(files.folder, stateful=stateful)
     copy = converted.lookup(files.config, files.weights)
+    bilm = None
     if copy is not None:
-        bilm = load_model(copy, stateful=stateful)
-    else:
+        try:
+            bilm = load_model(copy, stateful=stateful)
+        except (ModelFileError, ConfigError) as err:  # the copy is ours: replace it, the user's files are fine
+            logger.warning("the converted copy of %s is damaged (%s); converting the official files again",
+                           files.weights, err)
+            converted.discard(copy)
+    if bilm is None:
         bilm = load_official(files.config, files.weights, stateful=stateful)
         converted.store(files.config, files.weights, lambda folder: save_model(bilm, folder))
     if files.cache_words is not None and (words := nlpl.vocab_words(files.cache_words)):
