@@ -162,6 +162,10 @@ def test_export_load_embed_round_trip_and_score_matches_perplexity(text_slices, 
     zero = zero_state_perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / "five.txt"])
     carried = perplexity(LanguageModel(bilm, softmax), vocab, [tmp_path / "five.txt"], batch_size=1)
     assert zero.tokens == carried.tokens == sum(p.tokens for p in each) and zero.unknown == carried.unknown
+    assert zero.words == carried.words == sum(len(line.split()) for line in lines)  # </S> is no word of the text
+    (tmp_path / "unknown.txt").write_text("qqqzz xxxyy\n", encoding="utf-8")
+    for path in (perplexity, zero_state_perplexity):
+        assert path(LanguageModel(bilm, softmax), vocab, [tmp_path / "unknown.txt"]).unknown_share == 1.0
     for direction in ("forward", "backward"):
         pooled = math.exp(sum(p.tokens * math.log(getattr(p, direction)) for p in each) / zero.tokens)
         assert math.isclose(getattr(zero, direction), pooled, rel_tol=1e-5)
@@ -222,6 +226,21 @@ def test_a_new_run_refuses_a_model_folder_and_an_earlier_runs_log(text_slices, t
     with pytest.raises(ValueError, match=r"metrics.jsonl: the log of an earlier run"):
         Trainer(micro_train_config(max_steps=1), [train], run, vocab=vocab, progress=False)
     assert (run / "metrics.jsonl").read_bytes() == log and sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_language_model_whose_vocabulary_and_softmax_disagree_says_so(text_slices, tmp_path):
+    """A cut-short vocab.txt beside its softmax was reported as a softmax of the wrong shape."""
+    from elmo.training.export import export_checkpoint
+
+    train, _, vocab_file = text_slices
+    Trainer(micro_train_config(max_steps=1), [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file),
+            progress=False).train()
+    out = export_checkpoint(tmp_path / "r", tmp_path / "exp")
+    words = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (out / "vocab.txt").write_text("\n".join(words[:20]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"vocab.txt holds 20 words but .*softmax.safetensors has "
+                                         rf"{len(words):,} rows: one of them is damaged"):
+        load_language_model(out)
 
 
 def test_checkpoint_files_get_a_plain_files_permissions(text_slices, tmp_path):

@@ -87,3 +87,23 @@ def test_korean_tokenizer_composes_jamo_and_ends_an_emoji_at_its_variation_selec
     assert korean_tokenize(unicodedata.normalize("NFD", text)) == korean_tokenize(text)
     assert korean_tokenize("❤️사랑해요 ✔️확인") == ["❤️", "사랑해요", "✔️", "확인"]
     assert english_tokenize("❤️love it") == ["❤️", "love", "it"]
+
+
+def test_a_vocabulary_without_its_special_words_names_the_file_and_spots_counts(tmp_path):
+    (tmp_path / "words.txt").write_text("the\ncat\n")
+    with pytest.raises(VocabError, match=r"words.txt: the vocabulary lacks <S>") as err:
+        Vocabulary.load(tmp_path / "words.txt")
+    assert "counts" not in str(err.value)
+    (tmp_path / "counts.txt").write_text("<S> 0\n</S> 0\n<UNK> 0\nthe 12\n")
+    with pytest.raises(VocabError, match=r"counts.txt: .*counts beside the words"):
+        Vocabulary.load(tmp_path / "counts.txt")
+
+
+def test_a_vocabulary_given_as_a_model_is_called_a_vocabulary(tmp_path):
+    """``<S>`` on the first line looked like markup: the file was called an HTML page."""
+    from elmo.io.official import describe_file
+
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
+    (tmp_path / "page.html").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
+    assert describe_file(tmp_path / "vocab.txt") == "a vocabulary (one word per line)"
+    assert describe_file(tmp_path / "page.html").startswith("an HTML/XML page")

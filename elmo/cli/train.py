@@ -107,11 +107,11 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     else:
         result = perplexity(model, vocab, files, tokenizer, batch_size=args.batch_size,
                             max_sentences=args.max_sentences, progress=not args.quiet)
-    share = result.unknown / result.tokens
+    share = result.unknown_share
     print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
           f"mean {result.mean:.2f}  unknown {100 * share:.1f}%")
     if share > UNKNOWN_SHARE_WARNING:
-        warnings.warn(f"{100 * share:.0f}% of the tokens are not in the model's vocabulary (they count as <UNK>, "
+        warnings.warn(f"{100 * share:.0f}% of the words are not in the model's vocabulary (they count as <UNK>, "
                       f"which flatters the perplexity): is the text split as the training text was (--tokenize)?")
 
 

@@ -54,12 +54,18 @@ def read_words(path: str | Path) -> list[str]:
 class Vocabulary:
     """Word <-> id, with out-of-vocabulary words mapped to ``<UNK>``."""
 
-    def __init__(self, words: Iterable[str]) -> None:
+    def __init__(self, words: Iterable[str], source: str | Path | None = None) -> None:
+        """``source``: the file the words came from, named in errors."""
         self.words = list(words)
         self.index = {w: i for i, w in enumerate(self.words)}
         for special in SPECIALS:
             if special not in self.index:
-                raise VocabError(f"vocabulary lacks {special}: a bilm-tf vocabulary starts with <S>, </S>, <UNK>")
+                where = f"{source}: " if source is not None else ""
+                hint = (" (one word per line, nothing else: counts beside the words belong to a word list, not a "
+                        "vocabulary; `elmo vocab build` writes one)") if any(" " in w or "\t" in w
+                                                                           for w in self.words[:3]) else ""
+                raise VocabError(f"{where}the vocabulary lacks {special}: a bilm-tf vocabulary starts with <S>, </S>, "
+                                 f"<UNK>{hint}")
         self.bos, self.eos, self.unk = (self.index[s] for s in SPECIALS)
 
     def __len__(self) -> int:
@@ -74,7 +80,7 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
         """A bilm-tf vocabulary file (``read_words``; it must hold ``<S>``, ``</S>`` and ``<UNK>``)."""
-        return cls(read_words(path))
+        return cls(read_words(path), source=path)
 
     def save(self, path: str | Path) -> None:
         with atomic_path(path) as tmp:

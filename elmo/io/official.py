@@ -280,8 +280,10 @@ def describe_file(path: str | Path) -> str:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         return JSON_KIND
-    if text[:1] == b"<":
+    if text[:1] == b"<" and text[:9].lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body")):
         return "an HTML/XML page (an error page saved in place of the download?)"
+    if text[:4] == b"<S>\n":
+        return "a vocabulary (one word per line)"
     if h5py.is_hdf5(str(path)):  # HDF5 behind a user block
         return HDF5_KIND
     return f"not HDF5 (it begins with {head[:8]!r})"

@@ -141,7 +141,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except ModelFileError:
         raise
     except (SafetensorError, OSError, ValueError) as err:
-        raise ModelFileError(f"{root}: damaged checkpoint ({err})") from None
+        raise ModelFileError(f"{root}: damaged checkpoint ({err}); move it away and resume from the run's "
+                             f"previous checkpoint") from None
     check_trainer_record(settings["trainer.json"], root / "trainer.json")
     return Checkpoint(root, bilm, softmax, Vocabulary.load(root / "vocab.txt"), settings["train_config.json"],
                       optimizer, tensors, settings["trainer.json"])
@@ -187,6 +188,11 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
         state = load_file(str(files.softmax))
     except (SafetensorError, OSError) as err:
         raise ModelFileError(f"{files.softmax}: not readable ({err})") from None
+    rows = {value.shape[0] for value in state.values() if value.dim() > 0}
+    if rows and rows != {len(vocab)}:  # one row per word: the two files disagree before either shape is wrong
+        raise ModelFileError(f"{files.vocab} holds {len(vocab):,} words but {files.softmax} has "
+                             f"{', '.join(f'{r:,}' for r in sorted(rows))} rows: one of them is damaged or comes "
+                             f"from another model")
     load_state_strict(softmax, state, str(files.softmax))
     return bilm, softmax.eval(), vocab
 

@@ -26,6 +26,12 @@ class Perplexity:
     backward: float
     tokens: int  # predictions per direction (n + 1 per sentence: every word and </S>)
     unknown: int = 0  # forward targets that are <UNK>: a high share means a vocabulary or tokenizer mismatch
+    words: int = 0  # words of the text (the forward targets but each sentence's </S>)
+
+    @property
+    def unknown_share(self) -> float:
+        """The share of the text's words that are not in the vocabulary (</S> is no word of the text)."""
+        return self.unknown / self.words if self.words else 0.0
 
     @property
     def mean(self) -> float:
@@ -54,7 +60,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                           vocab, batch_size, unroll_steps, reverse=bool(d),
                           width=model.bilm.config.char_cnn.max_characters_per_token) for d in (0, 1)]
     states = model.zero_states(batch_size, device)
-    totals, counts, unknown = [0.0, 0.0], [0, 0], 0
+    totals, counts, unknown, words = [0.0, 0.0], [0, 0], 0, 0
     bar = tqdm(unit="tok", disable=not progress, desc="perplexity")
     for direction, batcher in enumerate(batchers):
         while (batch := batcher.next_batch()) is not None:
@@ -77,6 +83,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
             counts[direction] += batch.tokens
             if direction == 0:
                 unknown += int((targets == vocab.unk).sum())
+                words += int((real & targets.ne(vocab.eos)).sum())
             bar.update(batch.tokens)
             if counts[direction]:
                 bar.set_postfix(ppl=f"{math.exp(totals[direction] / counts[direction]):.1f}",
@@ -84,7 +91,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
     bar.close()
     if counts[0] == 0:
         raise UsageError("no text to evaluate: the files hold no non-empty line")
-    return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0], unknown)
+    return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0], unknown, words)
 
 
 @torch.inference_mode()
@@ -97,7 +104,7 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
     model.eval()
     engine = InferenceEngine.build(model.bilm, stateful=False)
     source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences)
-    totals, count, unknown = [0.0, 0.0], 0, 0
+    totals, count, unknown, words = [0.0, 0.0], 0, 0, 0
     bar = tqdm(unit="tok", disable=not progress, desc="perplexity from the zero state")
     while (chunk := source.next_chunk()) is not None:
         chunk = sorted(chunk, key=len)  # batches of similar lengths: little padding
@@ -107,11 +114,12 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
         tokens = sum(len(s) + 1 for s in chunk)  # every word and </S> (forward), every word and <S> (backward)
         count += tokens
         unknown += sum(vocab.id(w) == vocab.unk for s in chunk for w in s)
+        words += sum(len(s) for s in chunk)
         bar.update(tokens)
     bar.close()
     if count == 0:
         raise UsageError("no text to evaluate: the files hold no non-empty line")
-    return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown)
+    return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown, words)
 
 
 def _engine(model: BiLM | InferenceEngine) -> InferenceEngine:
