@@ -243,6 +243,16 @@ def test_small_training_command_mistakes(text_slices, tmp_path, capsys):
     assert main(["train", str(train), "--vocab", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "r"),
                  "--nproc", "2"]) == 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # a run that fails after making its --out leaves none of the folders it made
+    vocab = tmp_path / "vocab.txt"
+    assert main(["vocab", "build", str(train), "-o", str(vocab)]) == 0
+    assert main(["train", str(tmp_path / "missing-text.txt"), "--vocab", str(vocab), "--out",
+                 str(tmp_path / "new" / "q" / "r"), "--config", _micro_toml(tmp_path / "micro.toml")]) == 1
+    assert "missing-text.txt: no such file" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    # a time limit that runs out before the first step says so
+    assert main(["train", str(train), "--vocab", str(vocab), "--out", str(tmp_path / "t"), "--max-minutes", "1e-9",
+                 "--config", _micro_toml(tmp_path / "micro.toml"), "--quiet"]) == 0
+    assert "nothing trained: the time limit" in capsys.readouterr().err
 
 
 def test_run_folders_official_pairs_and_wrong_kinds_of_path(text_slices, tmp_path, capsys):

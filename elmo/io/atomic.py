@@ -53,17 +53,30 @@ def new_folders(folder: str | Path) -> Iterator[Path]:
     """Make ``folder`` and its missing parents; if the block then fails, remove the ones made here that are still
     empty (a failed run leaves nothing behind; a folder that received something, such as resumable parts, stays)."""
     folder = Path(folder)
-    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
-    folder.mkdir(parents=True, exist_ok=True)
+    made = make_folders(folder)
     try:
         yield folder
     except BaseException:
-        for made in missing:
-            try:
-                made.rmdir()  # only when empty
-            except OSError:
-                break
+        remove_empty(made)
         raise
+
+
+def make_folders(folder: str | Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; the ones made here, innermost first (for ``remove_empty``)."""
+    folder = Path(folder)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty(made: list[Path]) -> None:
+    """Remove the folders ``make_folders`` made that are still empty, innermost first (a folder that received
+    something stays, and so do its parents)."""
+    for folder in made:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            break
 
 
 class FolderInUseError(ElmoError, FileExistsError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 from pathlib import Path
 
 from elmo.errors import ElmoError
@@ -54,6 +55,11 @@ class OutputLock:
             if same:
                 break
             os.close(fd)
+        found = os.pread(fd, 64, 0)
+        if found and not re.fullmatch(rb"[0-9]+\n?", found):  # a file of the user's by that name: not taken over
+            os.close(fd)
+            raise InUseError(f"{self.path}: a file of that name is in the way of the lock (it holds no process id, "
+                             f"so it is not a lock of elmo's); move it away")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd, self._count = fd, 1

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import DiskWriteError, is_disk_full
+from elmo.io.atomic import DiskWriteError, is_disk_full, make_folders, remove_empty
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.lock import OutputLock
 from elmo.io.native import ModelFileError, load_state_strict
@@ -60,10 +60,9 @@ class Trainer:
         self._join_processes(device)
         self.out_dir, self.progress = Path(out_dir), progress and self.env.main
         self._checked_unknown = False
-        self._lock, self._made_out_dir = None, False
+        self._lock, self._made_folders = None, []
         if self.env.main:  # one run at a time writes a run folder: a second gets "in use by pid N"
-            self._made_out_dir = not self.out_dir.exists()
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._made_folders = make_folders(self.out_dir)
             self._lock = OutputLock(self.out_dir / LOCK_NAME, str(self.out_dir)).acquire()
         try:
             self._set_up(config, files, vocab, tokenizer, resume, init_from, given)
@@ -97,12 +96,11 @@ class Trainer:
         self.ddp = self._wrap_for_processes()
 
     def close(self) -> None:
-        """Give the run folder's lock back; a folder this run made and left empty is removed."""
+        """Give the run folder's lock back; the folders this run made and left empty are removed."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-        if self._made_out_dir and self.out_dir.is_dir() and not any(self.out_dir.iterdir()):
-            self.out_dir.rmdir()
+        remove_empty(self._made_folders)
 
     # ---- setup ------------------------------------------------------------------------------------------------
     def _join_processes(self, device: str | None) -> None:

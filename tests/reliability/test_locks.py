@@ -68,3 +68,17 @@ def test_a_lock_held_by_another_process_names_it(tmp_path):
         holder.kill()
         holder.wait()
     OutputLock(tmp_path / ".x.lock", "x").acquire().release()  # the kernel dropped the dead holder's lock
+
+
+def test_a_users_file_by_the_locks_name_is_neither_emptied_nor_deleted(tmp_path):
+    """A stale lock of a killed run (a process id) is taken over; a file of the user's named like the lock is
+    refused and left as it was."""
+    import pytest
+
+    (tmp_path / ".x.lock").write_text("my notes\n")
+    with pytest.raises(InUseError, match="in the way of the lock"):
+        OutputLock(tmp_path / ".x.lock", "x").acquire()
+    assert (tmp_path / ".x.lock").read_text() == "my notes\n"
+    (tmp_path / ".x.lock").write_text("4242\n")  # left by a killed run
+    OutputLock(tmp_path / ".x.lock", "x").acquire().release()
+    assert not (tmp_path / ".x.lock").exists()
