@@ -100,11 +100,14 @@ def test_cache_clear_removes_its_copies_and_nothing_else(cache, tmp_path, capsys
     keep = cache / "notes.txt"
     keep.write_text("mine")
     (cache / "my-folder").mkdir()
+    empty = cache / ("ab" * 32)  # named like a copy but empty: no copy of ours (they are renamed in whole)
+    empty.mkdir()
     assert main(["cache", "list"]) == 0
     assert "1 converted model(s)" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
     assert "removed 1 converted model(s)" in capsys.readouterr().out
-    assert sorted(p.name for p in cache.iterdir()) == ["my-folder", "notes.txt"] and keep.read_text() == "mine"
+    assert sorted(p.name for p in cache.iterdir()) == sorted(["my-folder", "notes.txt", empty.name])
+    assert keep.read_text() == "mine"
     assert weights.exists() and options.exists()  # the user's files untouched
 
 

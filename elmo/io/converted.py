@@ -94,7 +94,8 @@ def clear() -> tuple[int, int]:
 def discard(copy: Path) -> None:
     """Delete one converted copy that cannot be read (the next load converts the pair again); a folder holding
     anything but a copy's files is left as it is."""
-    if copy.parent == root() and is_key(copy.name) and not copy.is_symlink() and _holds_only_a_copy(copy):
+    if copy.parent == root() and is_key(copy.name) and not copy.is_symlink() and _holds_only_a_copy(copy) \
+            and _is_complete(copy):
         shutil.rmtree(copy, ignore_errors=True)
 
 
@@ -111,10 +112,11 @@ def _entries(folder: Path, leftovers: bool) -> Iterator[Path]:
         named = is_key(entry.name) or (leftovers and entry.name.startswith(".") and _is_key_prefix(entry.name))
         if not named or entry.is_symlink() or not entry.is_dir():
             continue
-        if _holds_only_a_copy(entry):
+        if _holds_only_a_copy(entry) and (not is_key(entry.name) or _is_complete(entry)):
             yield entry
         else:
-            logger.warning("%s: named like a converted copy but holds other files; left as it is", entry)
+            logger.warning("%s: named like a converted copy but is not one (other files, or not a whole copy); "
+                           "left as it is", entry)
 
 
 COPY_FILES = (CONFIG_NAME, WEIGHTS_NAME)  # what ``store``'s writer (our format's saver) puts in a copy
@@ -129,6 +131,12 @@ def _holds_only_a_copy(folder: Path) -> bool:
         if entry.is_symlink() or not entry.is_file() or not (name in COPY_FILES or temporary):
             return False
     return True
+
+
+def _is_complete(folder: Path) -> bool:
+    """A key-named folder of ours always holds a whole copy (``store`` renames a finished one into place): an empty
+    or partial one is not ours."""
+    return all((folder / name).is_file() for name in COPY_FILES)
 
 
 def is_key(name: str) -> bool:
