@@ -39,6 +39,10 @@ def read_words(path: str | Path) -> list[str]:
             if "\r" in word:
                 raise VocabError(f"{path}, line {number}: a carriage return inside the line (old Mac line endings?); "
                                  f"save the file with one word per line and \\n line endings")
+            if len(word.split()) > 1:  # text is split at whitespace: such a word would never be found
+                raise VocabError(f"{path}, line {number}: {word[:40]!r} holds a space or tab; a vocabulary has one "
+                                 f"word per line and nothing else (counts beside the words come from a word list: "
+                                 f"`elmo vocab build` writes a vocabulary)")
             if word in seen:
                 raise VocabError(f"{path}, line {number}: {word!r} repeats line {seen[word]}; every word must "
                                  f"appear once")
@@ -61,11 +65,8 @@ class Vocabulary:
         for special in SPECIALS:
             if special not in self.index:
                 where = f"{source}: " if source is not None else ""
-                hint = (" (one word per line, nothing else: counts beside the words belong to a word list, not a "
-                        "vocabulary; `elmo vocab build` writes one)") if any(" " in w or "\t" in w
-                                                                           for w in self.words[:3]) else ""
                 raise VocabError(f"{where}the vocabulary lacks {special}: a bilm-tf vocabulary starts with <S>, </S>, "
-                                 f"<UNK>{hint}")
+                                 f"<UNK>")
         self.bos, self.eos, self.unk = (self.index[s] for s in SPECIALS)
 
     def __len__(self) -> int:
