@@ -134,6 +134,11 @@ def test_show_through_the_entry_point():
     assert "bank" in result.stdout
 
 
+def test_show_refuses_a_sentence_without_words(capsys):
+    assert main(["show", "  ", *MODEL]) == 2
+    assert "holds no words" in capsys.readouterr().err
+
+
 def test_model_and_options_together_is_refused(capsys):
     assert main(["info", "--model", "x", *MODEL]) == 2
     assert "not both" in capsys.readouterr().err

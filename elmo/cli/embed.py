@@ -45,6 +45,8 @@ def cmd_embed(args: argparse.Namespace) -> None:
 def cmd_show(args: argparse.Namespace) -> None:
     embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
     tokens = embedder.tokenize([args.sentence])[0]
+    if not tokens:
+        raise CommandLineError("the sentence holds no words; give one in quotes, e.g. elmo show \"The bank closed .\"")
     vectors = embedder.embed([tokens])[0]  # (L+1, n, 2P)
     print(f"{len(tokens)} tokens, {vectors.shape[0]} layers of {vectors.shape[2]} dimensions")
     header = "".join(f"  |layer {k}|" for k in range(vectors.shape[0]))
