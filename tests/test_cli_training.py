@@ -150,6 +150,10 @@ def test_resume_and_adapt_mistakes_are_refused_with_what_to_do(text_slices, tmp_
                                           "--vocab", str(tmp_path / "other.txt"))
     assert main([*base, "--out", str(run), "--resume", str(run), "--max-steps", "4"]) == 0
     assert "nothing to train" in capsys.readouterr().err
+    # other model sizes in --config than the source's: said, not silently dropped
+    assert main([*base, "--out", str(tmp_path / "d"), "--init-from", str(run), "--config", "small-cpu",
+                 "--max-steps", "1"]) == 0
+    assert "the model sizes of --config are not used" in capsys.readouterr().err
     shutil.copytree(run / "step-00000004", tmp_path / "slim" / "step-00000004")
     (tmp_path / "slim" / "step-00000004" / "optimizer.safetensors").unlink()
     assert "--init-from" in refused("--out", str(tmp_path / "slim"), "--resume", str(tmp_path / "slim"))

@@ -57,7 +57,11 @@ def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, res
     if checkpoint is not None:
         config, vocab = resumed_settings(checkpoint, config, vocab, given)
     elif init_from:
+        chosen_model = (given or {}).get("model")  # a --config's model sizes: the source's are used instead
         start, config, vocab = start_from(init_from, config, vocab, env)
+        if chosen_model is not None and chosen_model != config.model and env.main:
+            warnings.warn(f"the model sizes of --config are not used: a run from --init-from {init_from} keeps that "
+                          f"model's (its weights set them); only the training settings of --config apply")
     elif config.freeze_bilm_steps and env.main:
         warnings.warn(f"freeze_bilm_steps {config.freeze_bilm_steps} without --init-from: the first batches train "
                       f"only the softmax over a randomly initialised biLM")
