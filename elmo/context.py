@@ -18,7 +18,7 @@ import numpy as np
 from elmo.embed import Embedder
 from elmo.errors import MissingDependencyError, UsageError
 from elmo.io.atomic import atomic_path
-from elmo.io.text_lines import numbered_lines
+from elmo.io.text_lines import sentence_lines
 
 if TYPE_CHECKING:
     from elmo.tasks.readers import WsdSentence
@@ -215,7 +215,7 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
 def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str]]:
     """Lines ``label<TAB>sentence``, or plain ``sentence`` lines labelled by their line number ("line 6"); blank
     lines skipped. A file mixing the two is refused: a label would otherwise be read as part of its sentence."""
-    numbered = [(n, line) for n, line in numbered_lines(path) if line.strip()]
+    numbered = [(n, line) for n, line in sentence_lines(path) if line.strip()]
     tabbed = [n for n, line in numbered if "\t" in line]
     if not tabbed:
         return [line for _, line in numbered], [f"line {n}" for n, _ in numbered]

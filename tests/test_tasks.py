@@ -338,3 +338,7 @@ def test_predict_keeps_a_line_for_every_input_line_and_names_untokenisable_ones(
     assert "raw.txt: line(s) 3 have no tokens" in captured.err
     printed = captured.out.split("\n")
     assert len(printed) == 5 and printed[0] in ("pos", "neg") and printed[1:3] == ["", ""] and printed[3]
+    (tmp_path / "mac.txt").write_bytes(b"good movie\rbad movie\r")  # old Mac line ends: not one line
+    assert main(["task", "predict", str(tmp_path / "t"), "--input", str(tmp_path / "mac.txt"), "--cache",
+                 str(tmp_path / "c")]) == 1
+    assert "mac.txt, line 1: a carriage return" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import argparse
 import warnings
 
 from elmo.cli.common import batch_size, count, positive_number, whole
-from elmo.io.text_lines import numbered_lines
+from elmo.io.text_lines import sentence_lines
 from elmo.tasks.commands import evaluate_task, predict_task, train_task
 
 
@@ -28,7 +28,7 @@ def cmd_task_eval(args: argparse.Namespace) -> None:
 
 
 def cmd_task_predict(args: argparse.Namespace) -> None:
-    numbered = list(numbered_lines(args.stdio.input(args.input)))
+    numbered = list(sentence_lines(args.stdio.input(args.input)))
     texts = [(number, line) for number, line in numbered if line.strip()]
     results = dict(zip((number for number, _ in texts),
                        predict_task(args.task_model, [line for _, line in texts], args.cache) if texts else []))

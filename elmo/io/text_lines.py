@@ -99,6 +99,18 @@ def numbered_lines(path: str | Path, errors: str = "strict",
             yield lines.number, line.removesuffix("\n").removesuffix("\r")
 
 
+def sentence_lines(path: str | Path, errors: str = "strict",
+                   max_line_bytes: int | None = None) -> Iterator[tuple[int, str]]:
+    """``numbered_lines`` of a file of one sentence per line: a carriage return inside a line (old Mac line ends)
+    is an error naming it, since AllenNLP's reader would start a new sentence there and whitespace splitting would
+    not (the same rule as ``elmo embed``'s)."""
+    for number, line in numbered_lines(path, errors, max_line_bytes):
+        if "\r" in line:
+            raise TextLineError(path, number, "a carriage return (\\r) inside the line (old Mac line ends?)",
+                                "elmo reads one sentence per \\n: convert them first, e.g. tr '\\r' '\\n' < IN > OUT")
+        yield number, line
+
+
 def count_lines(path: str | Path) -> int:
     """Lines in the file (an unterminated last line counts), without decoding."""
     count, last = 0, b"\n"
