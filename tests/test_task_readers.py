@@ -212,6 +212,14 @@ def test_label_text_tsv_missing_column_lists_the_header(tmp_path):
     assert read_label_text_tsv(path, text_column="document") == [LabelledText("good", "1")]
 
 
+def test_label_text_tsv_empty_label_is_refused(tmp_path):
+    """An empty label became a class whose predictions printed as blank lines."""
+    path = write(tmp_path / "n.tsv", "text\tlabel\nthe cat sat\tpos\nhe went\t \n")
+    with pytest.raises(DataFormatError, match="empty 'label'") as excinfo:
+        read_label_text_tsv(path)
+    assert_format_error(excinfo, path, 3)
+
+
 def test_label_text_tsv_wrong_field_count(tmp_path):
     path = write(tmp_path / "n.tsv", "id\ttext\tlabel\n1\tgood\t1\n2\tgood\tbut\ttabbed\t0\n")
     with pytest.raises(DataFormatError, match="5 TAB-separated fields") as excinfo:

@@ -338,6 +338,12 @@ def test_predict_keeps_a_line_for_every_input_line_and_names_untokenisable_ones(
     assert "raw.txt: line(s) 3 have no tokens" in captured.err
     printed = captured.out.split("\n")
     assert len(printed) == 5 and printed[0] in ("pos", "neg") and printed[1:3] == ["", ""] and printed[3]
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("text\tlabel\na fine film\tpos\nso so\tmeh\n")  # a class the training data never shows
+    assert main(["task", "train", "classify", "--train", str(good), "--dev", str(dev), "--model", str(model_dir),
+                 "--out", str(tmp_path / "t2"), "--cache", str(tmp_path / "c"), "--epochs", "1", "--hidden", "4",
+                 "--tokenize", "en", "--quiet"]) == 0
+    assert "dev.tsv: 1 label(s) appear in the dev data but not in the training data: meh" in capsys.readouterr().err
     (tmp_path / "mac.txt").write_bytes(b"good movie\rbad movie\r")  # old Mac line ends: not one line
     assert main(["task", "predict", str(tmp_path / "t"), "--input", str(tmp_path / "mac.txt"), "--cache",
                  str(tmp_path / "c")]) == 1

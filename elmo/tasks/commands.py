@@ -92,6 +92,10 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     with new_folders(check_output_folder(out)):  # made up front (a bad path fails now); removed again on failure
         train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
         dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
+        dev_only = sorted(_label_set(dev_gold) - _label_set(train_gold))
+        if dev_only:  # a class with no training example: the head can hardly predict it
+            warnings.warn(f"{dev_path}: {len(dev_only)} label(s) appear in the dev data but not in the training data: "
+                          f"{', '.join(dev_only[:5])}{' ...' if len(dev_only) > 5 else ''}")
         embedder = _embedder(model, tokenize)
         LayerInput(embedder.bilm.config.n_output_layers, input_mode)  # a bad --input fails before any embedding
         train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)

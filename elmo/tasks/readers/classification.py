@@ -142,5 +142,7 @@ def read_label_text_tsv(path: str | Path, text_column: str = "text",
         if len(fields) != len(header):
             raise DataFormatError(path, number, f"{len(fields)} TAB-separated fields, the header has {len(header)}",
                                   "TABs inside a text must be replaced (the file uses no quoting)")
+        if not fields[label_at].strip():
+            raise DataFormatError(path, number, f"empty {label_column!r}", "give every line its label")
         items.append(LabelledText(fields[text_at], fields[label_at]))
     return items
