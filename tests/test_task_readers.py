@@ -158,6 +158,15 @@ def test_conllu_wrong_field_count_names_file_and_line(tmp_path):
     assert_format_error(excinfo, path, 3)
 
 
+def test_conllu_without_the_chosen_tags_is_refused(tmp_path):
+    """Many UD treebanks write '_' for every XPOS: trained on, it scored a meaningless 100 %."""
+    path = write(tmp_path / "x.conllu", "1\tI\tI\tPRON\t_\t_\t0\troot\t_\t_\n")
+    assert read_conllu(path)[0].tags == ["PRON"]
+    with pytest.raises(DataFormatError, match=r"no XPOS tag \('_'\); .*--column upos") as excinfo:
+        read_conllu(path, column="xpos")
+    assert_format_error(excinfo, path, 1)
+
+
 # ---- SST ---------------------------------------------------------------------------------------------------------
 def test_sst_trees_root_label_and_leaves(tmp_path):
     text = ("(3 (2 It) (4 (4 (2 's) (3 good)) (2 .)))\n"

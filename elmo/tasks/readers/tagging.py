@@ -113,6 +113,12 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
             if not fields[1] or not fields[index]:
                 raise DataFormatError(path, number, f"an empty {'FORM' if not fields[1] else column.upper()} field",
                                       "CoNLL-U writes '_' for a field without a value")
+            if fields[index] == "_":  # no value: training on it would score every "_" as a perfect tag
+                other = "xpos" if column == "upos" else "upos"
+                raise DataFormatError(path, number, f"no {column.upper()} tag ('_')",
+                                      f"this data has no {column.upper()} tags: use its {other.upper()} column "
+                                      f"(probe pos --column {other}; task --format "
+                                      f"{'conllu-xpos' if other == 'xpos' else 'conllu'}) or other data")
             tokens.append(fields[1])
             tags.append(fields[index])
         if tokens:
