@@ -478,3 +478,9 @@ def test_a_wsd_probe_over_a_sentence_without_words_names_the_file(tmp_path):
     index = write(tmp_path / "index.sense", INDEX_SENSE)
     with pytest.raises(ElmoError, match="toy.data.xml: <sentence> 2 .counting from 1. has no words"):
         probe_wsd(None, xml, keys, xml, keys, index, tmp_path / "cache")  # refused before the embedder is used
+    # training data without a keyed instance, or an index.sense without senses: refused, not a row of scores
+    xml, no_keys = write(tmp_path / "ok.data.xml", WSD_XML), write(tmp_path / "none.key.txt", "")
+    with pytest.raises(ElmoError, match="none.key.txt: no instance of .*ok.data.xml has a gold key"):
+        probe_wsd(None, xml, no_keys, xml, keys, index, tmp_path / "cache")
+    with pytest.raises(DataFormatError, match="no sense in the file"):
+        probe_wsd(None, xml, keys, xml, keys, write(tmp_path / "empty.sense", "\n"), tmp_path / "cache")

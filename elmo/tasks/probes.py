@@ -166,6 +166,9 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
         empty = next((i for i, s in enumerate(sentences) if not s.tokens), None)
         if empty is not None:
             raise UsageError(f"{path}: <sentence> {empty + 1} (counting from 1) has no words; remove it")
+    if not any(keys for sentence in train for _, _, keys in sentence.instances):
+        raise UsageError(f"{semcor_keys}: no instance of {semcor_xml} has a gold key, so no sense vector can be "
+                         f"learned; give the training set (SemCor) and its keys")
     train_cache = cached_features(embedder, [s.tokens for s in train], cache_dir, progress)
     test_cache = cached_features(embedder, [s.tokens for s in test], cache_dir, progress)
     n_layers = train_cache.n_layers

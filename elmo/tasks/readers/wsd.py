@@ -128,6 +128,8 @@ def read_wordnet_index_sense(path: str | Path) -> dict[tuple[str, str], list[str
             raise DataFormatError(path, number, f"not an index.sense line: {line[:60]!r}",
                                   "expected 'lemma%ss_type:lex_filenum:lex_id:head:head_id offset sense_no tag_cnt'")
         ranked.setdefault((lemma, _WN_SS_TYPE_POS[lex[0]]), []).append((int(fields[2]), fields[0]))
+    if not ranked:
+        raise DataFormatError(path, 1, "no sense in the file", "give WordNet 3.0's index.sense")
     return {key: [sense for _, sense in sorted(senses)] for key, senses in ranked.items()}
 
 
