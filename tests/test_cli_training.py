@@ -121,6 +121,9 @@ def test_bad_training_settings_are_one_line(text_slices, tmp_path, capsys):
     assert main(["baselines", str(tmp_path / "vocab.txt"), "--train", str(train), "--eval",
                  str(tmp_path / "empty.txt")]) == 1
     assert "empty.txt: no words" in capsys.readouterr().err
+    (tmp_path / "specials.txt").write_text("<S>\n</S>\n<UNK>\n", encoding="utf-8")  # every word is <UNK>
+    assert main(["baselines", str(tmp_path / "specials.txt"), "--train", str(train), "--eval", str(train)]) == 0
+    assert "100% of the words are not in the vocabulary" in capsys.readouterr().err
 
 
 def test_resume_and_adapt_mistakes_are_refused_with_what_to_do(text_slices, tmp_path, capsys):

@@ -160,6 +160,12 @@ def cmd_baselines(args: argparse.Namespace) -> None:
     train = read(args.train)
     if not any(train):
         raise UsageError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
+    for name, evaluate in zip(args.eval, sets):
+        words = sum(len(s) for s in evaluate)
+        share = sum(vocab.id(w) == vocab.unk for s in evaluate for w in s) / words
+        if share > UNKNOWN_SHARE_WARNING:
+            warnings.warn(f"{name}: {100 * share:.0f}% of the words are not in the vocabulary (they count as <UNK>, "
+                          f"which flatters the perplexity): is the text split as the vocabulary's was (--tokenize)?")
     for name, results in zip(args.eval, baseline_perplexities_of_sets(vocab, train, sets)):
         for result in results:
             print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "
