@@ -198,6 +198,16 @@ def test_left_padded_ids_are_refused_not_misread():
         elmo(shifted)
 
 
+@pytest.mark.parametrize("width", [4, 8, 60])
+def test_ids_of_another_width_than_the_models_are_refused(width):
+    """Ids of 8 or 60 characters per token gave other vectors (by up to 0.3), 4 a shape error inside the CNN."""
+    from elmo.errors import ElmoError
+
+    elmo = Elmo(random_bilm(small_config()), dropout=0.0)
+    with pytest.raises(ElmoError, match=rf"shape \(1, 2, {width}\): this model takes \(sentences, tokens, 50\)"):
+        elmo(batch_to_ids([["the", "bank"]], width=width))
+
+
 @pytest.mark.parametrize("kwargs", [{"num_output_representations": -1}, {"num_output_representations": 0},
                                     {"dropout": 1.5}, {"dropout": float("nan")}])
 def test_bad_constructor_arguments_are_one_clear_error(kwargs):

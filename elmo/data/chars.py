@@ -81,9 +81,15 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     return ids
 
 
-def check_char_ids(char_ids: torch.Tensor, n_characters: int) -> None:
-    """Refuse ids outside the character table (0 .. ``n_characters`` - 1) in one line, before the embedding
-    lookup would fail with a bare IndexError. One reduction over the ids: cheap beside the convolutions."""
+def check_char_ids(char_ids: torch.Tensor, n_characters: int, width: int) -> None:
+    """Refuse, in one line, ids that are not (B, T, ``width``) (the model's characters per token: other widths gave
+    other vectors or a shape error deep inside the CNN) or lie outside the character table (0 .. ``n_characters`` -
+    1, where the embedding lookup would fail with a bare IndexError). One reduction over the ids: cheap beside the
+    convolutions."""
+    if char_ids.dim() != 3 or char_ids.shape[-1] != width:
+        raise UsageError(f"character ids of shape {tuple(char_ids.shape)}: this model takes (sentences, tokens, "
+                         f"{width}), {width} being its characters per token; build them with "
+                         f"elmo.batch_to_ids(sentences{'' if width == MAX_CHARS else f', width={width}'})")
     if char_ids.numel() == 0:
         return
     low, high = (int(v) for v in torch.aminmax(char_ids))

@@ -92,7 +92,8 @@ class BiLM(nn.Module):
 def run_bilm(config: ElmoConfig, runner: Runner, char_ids: torch.Tensor, carrier: StateCarrier | None) -> BiLMOutput:
     """The forward pass (the one driver): char ids (B, T, W) -> every layer. ``carrier``: stateful mode's states,
     read at the start and updated at the end; None: every sentence from the zero state."""
-    check_char_ids(char_ids, config.char_cnn.n_characters)  # once per batch, where ids enter the model
+    check_char_ids(char_ids, config.char_cnn.n_characters,  # once per batch, where ids enter the model
+                   config.char_cnn.max_characters_per_token)
     ids, lengths = add_sentence_boundaries(char_ids)  # (B, T+2, W), (B,)
     batch, steps = ids.shape[:2]
     mask = torch.arange(steps, device=ids.device) < lengths.unsqueeze(1)  # (B, T+2)
