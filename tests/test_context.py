@@ -113,6 +113,8 @@ def test_a_file_mixing_labelled_and_plain_lines_is_refused_and_plain_lines_are_n
     assert "at least 1" in capsys.readouterr().err
     assert main(["similar", "bank", "--sentences", str(plain), *MODEL, "--layer", "-1"]) == 2
     assert "from 0 to" in capsys.readouterr().err
+    assert main(["similar", "bank", "--sentences", str(plain), *MODEL, "--layer", "\u00b2"]) == 2  # "²".isdigit()
+    assert "from 0 to" in capsys.readouterr().err
     # old Mac line ends: refused naming the line, not read as one sentence (as `elmo embed` refuses them)
     (tmp_path / "mac.txt").write_bytes(b"the bank of the river\rhe went to the bank\r")
     assert main(["similar", "bank", "--sentences", str(tmp_path / "mac.txt"), *MODEL]) == 1

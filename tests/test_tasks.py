@@ -272,7 +272,8 @@ def test_a_damaged_feature_cache_is_one_error_naming_it(tmp_path, damage):
 
 @pytest.mark.parametrize("content,problem", [
     (b"hello world\n", ":1: the header"), (b"", ":1: no word vectors"), (b"2 2\na x y\n", ":2: a value that is not"),
-    (b"2 2\na 1 2 3\n", ":2: 3 values, expected 2"), (b"2 2\na \xff 2\n", ":2:")])
+    (b"2 2\na 1 2 3\n", ":2: 3 values, expected 2"), (b"2 2\na \xff 2\n", ":2:"),
+    (b"2 2\na 1 nan\n", ":2: a value that is NaN"), (b"2 2\na 1 2\nb inf 2\n", ":3: a value that is NaN")])
 def test_a_bad_word2vec_file_is_one_error_naming_the_line(tmp_path, content, problem):
     from elmo.errors import ElmoError
     from elmo.tasks.probes import load_word_vectors
@@ -280,6 +281,17 @@ def test_a_bad_word2vec_file_is_one_error_naming_the_line(tmp_path, content, pro
     (tmp_path / "w.txt").write_bytes(content)
     with pytest.raises(ElmoError, match=problem):
         load_word_vectors(tmp_path / "w.txt")
+
+
+@pytest.mark.parametrize("text", ["", "the bank . a river\n"])
+def test_word2vec_on_text_without_a_frequent_word_is_one_line(tmp_path, capsys, text):
+    """gensim failed deep inside (you must first build vocabulary) on empty text or words seen fewer than 3 times."""
+    pytest.importorskip("gensim")
+    (tmp_path / "t.txt").write_text(text)
+    assert main(["probe", "word2vec", str(tmp_path / "t.txt"), "--out", str(tmp_path / "w.txt")]) == 1
+    err = capsys.readouterr().err
+    assert "no word occurs 3 times or more" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "w.txt").exists()
 
 
 def test_word2vec_lines_ending_in_a_space_as_the_c_tool_writes_them(tmp_path):
@@ -348,3 +360,18 @@ def test_predict_keeps_a_line_for_every_input_line_and_names_untokenisable_ones(
     assert main(["task", "predict", str(tmp_path / "t"), "--input", str(tmp_path / "mac.txt"), "--cache",
                  str(tmp_path / "c")]) == 1
     assert "mac.txt, line 1: a carriage return" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, problem", [({"dropout": float("nan")}, "dropout must be"),
+                                             ({"labels": "abc"}, "labels must be a list"),
+                                             ({"labels": []}, "labels must be a list"),
+                                             ({"hidden_dim": 100_000_000}, "above the limit")])
+def test_task_settings_no_head_can_use_are_one_line(change, problem):
+    """A hand-edited task.json (dropout NaN, labels as a string) or --hidden 10^8 failed inside torch or predicted
+    single characters; each is refused before a head is built."""
+    from elmo.errors import ElmoError
+    from elmo.tasks.train import TaskConfig
+
+    settings = {"task": "classify", "labels": ["neg", "pos"], "n_layers": 3, "dim": 8} | change
+    with pytest.raises(ElmoError, match=problem):
+        TaskConfig(**settings)

@@ -115,7 +115,7 @@ def vocabulary_size(text: str) -> int:
 
 def layer(text: str) -> str:
     """An argparse type: ``top`` or a layer number (0 = the token layer); whether the model has it is checked later."""
-    if text == "top" or text.isdigit():
+    if text == "top" or (text.isascii() and text.isdigit()):  # "²".isdigit() is True, int("²") fails
         return text
     raise argparse.ArgumentTypeError(f"give 'top' or a layer number from 0 to the model's top layer (0: the "
                                      f"token layer), got {text!r}")

@@ -13,7 +13,7 @@ senses apart).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -42,6 +42,10 @@ def train_word2vec(sentences: Iterable[Sequence[str]], out: str | Path, dim: int
         raise MissingDependencyError("the static baseline needs gensim: pip install gensim") from None
 
     corpus = [list(s) for s in sentences if s]
+    counts = Counter(token for sentence in corpus for token in sentence)
+    if not any(count >= min_count for count in counts.values()):  # gensim would fail deep inside its training
+        raise UsageError(f"no word occurs {min_count} times or more in the text ({sum(counts.values()):,} tokens), "
+                         f"and word2vec leaves out rarer words: give more text")
     model = Word2Vec(corpus, vector_size=dim, window=WINDOW, min_count=min_count, sg=1, epochs=epochs,
                      workers=workers, seed=seed)
     out = Path(out)
@@ -70,6 +74,8 @@ def load_word_vectors(path: str | Path) -> dict[str, np.ndarray]:
             vectors[parts[0]] = np.asarray(parts[1:], dtype=np.float32)
         except ValueError:
             raise readers.DataFormatError(path, number, "a value that is not a number", hint) from None
+        if not np.isfinite(vectors[parts[0]]).all():
+            raise readers.DataFormatError(path, number, "a value that is NaN or infinite", hint)
     if not vectors:
         raise readers.DataFormatError(path, 1, "no word vectors in the file", hint)
     return vectors

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import sha256_of
+from elmo.limits import MAX_HEAD_HIDDEN
 from elmo.tasks.features import FeatureCache
 from elmo.tasks.heads import SequenceTagger, TextClassifier
 
@@ -33,6 +34,8 @@ def check_head_settings(epochs: int, batch_size: int, hidden_dim: int, learning_
     for name, value in (("epochs", epochs), ("batch size", batch_size), ("hidden size", hidden_dim)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")
+    if hidden_dim > MAX_HEAD_HIDDEN:  # before the head's matrices are allocated
+        raise UsageError(f"hidden size {hidden_dim:,} is above the limit of {MAX_HEAD_HIDDEN:,}")
     if not learning_rate > 0:
         raise UsageError(f"learning rate must be positive, got {learning_rate}")
 
@@ -64,6 +67,10 @@ class TaskConfig:
         if self.task not in TASKS:
             raise UsageError(f"unknown task {self.task!r}: choose one of {', '.join(TASKS)}")
         check_head_settings(self.epochs, self.batch_size, self.hidden_dim, self.learning_rate)
+        if not (isinstance(self.labels, list) and self.labels and all(isinstance(x, str) and x for x in self.labels)):
+            raise UsageError(f"labels must be a list of label names, got {str(self.labels)[:60]}")
+        if not 0 <= self.dropout < 1:  # also NaN
+            raise UsageError(f"dropout must be from 0 to below 1, got {self.dropout}")
 
     @property
     def metric(self) -> str:
