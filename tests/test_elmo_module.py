@@ -209,11 +209,14 @@ def test_ids_of_another_width_than_the_models_are_refused(width):
 
 
 @pytest.mark.parametrize("kwargs", [{"num_output_representations": -1}, {"num_output_representations": 0},
-                                    {"dropout": 1.5}, {"dropout": float("nan")}])
+                                    {"dropout": 1.5}, {"dropout": float("nan")},
+                                    {"scalar_mix_parameters": [float("nan")] * 3},
+                                    {"output": "projection", "projection_dim": 0},
+                                    {"output": "projection", "projection_dim": -3}])
 def test_bad_constructor_arguments_are_one_clear_error(kwargs):
     from elmo.errors import ElmoError
 
-    with pytest.raises(ElmoError, match="Elmo: "):
+    with pytest.raises(ElmoError, match="Elmo: |ScalarMix: |ComponentProjection: "):
         Elmo(random_bilm(small_config()), **kwargs)
 
 

@@ -5,6 +5,7 @@ checks them and selects them (``Embedder``, ``embed_file``), and the learned rea
 
 from __future__ import annotations
 
+import math
 from typing import Sequence, Union
 
 import numpy as np
@@ -66,6 +67,9 @@ class ScalarMix(nn.Module):
         weights = torch.zeros(n_layers) if initial_weights is None else torch.tensor(list(initial_weights), dtype=torch.float)
         if weights.shape != (n_layers,):
             raise UsageError(f"ScalarMix: {len(weights)} initial weights given for {n_layers} layers")
+        if not bool(torch.isfinite(weights).all()) or not math.isfinite(initial_gamma):
+            raise UsageError(f"ScalarMix: the initial weights and gamma must be finite numbers, got "
+                             f"{weights.tolist()} and {initial_gamma}")
         self.weights = nn.Parameter(weights, requires_grad=trainable)  # (L+1,) pre-softmax
         self.gamma = nn.Parameter(torch.tensor([float(initial_gamma)]), requires_grad=trainable)
         self.do_layer_norm = do_layer_norm
@@ -99,6 +103,8 @@ class ComponentProjection(nn.Module):
 
     def __init__(self, component_dim: int, n_lstm_layers: int, projection_dim: int = 512) -> None:
         super().__init__()
+        if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or projection_dim < 1:
+            raise UsageError(f"ComponentProjection: projection_dim must be 1 or more, got {projection_dim!r}")
         self.n_components = 1 + 2 * n_lstm_layers
         self.projection = nn.Linear(self.n_components * component_dim, projection_dim, bias=False)
 
