@@ -32,7 +32,7 @@ from elmo.model.bilm import BiLM
 from elmo.limits import MAX_TOKENS_PER_LINE
 from elmo.model.engine import InferenceEngine
 from elmo.model.mix import check_layers, scalar_weights
-from elmo.text.tokenize import get_tokenizer
+from elmo.text.tokenize import get_tokenizer, tokens_of
 
 Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
 _SPACE = re.compile(r"\s")
@@ -201,18 +201,21 @@ class Embedder:
     # ---- AllenNLP's ElmoEmbedder names (deterministic here: no warm-up batches needed) ----------------------------
     def embed_sentence(self, sentence: str | Sequence[str]) -> np.ndarray:
         """One sentence (tokens, or a string for the tokenizer) -> (L+1, n, 2P)."""
-        return self.embed([sentence if isinstance(sentence, str) else list(sentence)])[0]
+        return self.embed(self.tokenize([sentence]), split_into_words=False)[0]
 
     def embed_batch(self, batch: Sequence[str | Sequence[str]]) -> list[np.ndarray]:
         """Sentences (token lists, or strings for the tokenizer) -> one (L+1, n, 2P) array each, in input order."""
         if isinstance(batch, str):
             raise InputTypeError("embed_batch takes a list of sentences; for one string use embed_sentence")
-        return self.embed([s if isinstance(s, str) else list(s) for s in batch], split_into_words=False)
+        return self.embed(self.tokenize(batch), split_into_words=False)
 
     def embed_sentences(self, sentences: Iterable[str | Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
         """Lazily, in input order, ``batch_size`` sentences at a time: any number of sentences in bounded memory."""
-        if batch_size < 1:
-            raise UsageError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(sentences, (str, bytes)) or not hasattr(sentences, "__iter__"):
+            raise InputTypeError(f"embed_sentences takes an iterable of sentences, got {type(sentences).__name__}; "
+                                 f"for one string use embed_sentence")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise UsageError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         iterator = iter(sentences)
         while chunk := list(islice(iterator, batch_size)):
             yield from self.embed_batch(chunk)
@@ -252,7 +255,7 @@ class Embedder:
         out = []
         for index, sentence in enumerate(sentences):
             if isinstance(sentence, str):
-                out.append(self.tokenizer(sentence))
+                out.append(tokens_of(self.tokenizer, sentence))
             elif isinstance(sentence, (bytes, type(None))) or not hasattr(sentence, "__iter__"):
                 raise InputTypeError(f"sentence {index}: expected a string or a list of tokens, got "
                                 f"{type(sentence).__name__}")
@@ -282,7 +285,7 @@ class Embedder:
             if split_into_words:
                 raise InputTypeError("split_into_words=True takes tokens, got one string: pass its tokens "
                                      "(['He', 'went', ...]) or leave split_into_words out to tokenize the string")
-            return True, [self.tokenizer(sentences)]
+            return True, [tokens_of(self.tokenizer, sentences)]
         if isinstance(sentences, bytes) or sentences is None or not hasattr(sentences, "__iter__"):
             return False, self.tokenize(sentences)  # raises: says what a sentence list is
         items = list(sentences)

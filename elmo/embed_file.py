@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from elmo.batching import length_batches, run_batch
-from elmo.errors import ElmoError, UsageError
+from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.atomic import check_free_space, new_folders, same_file, writable_file
 from elmo.io.lock import lock_beside
 from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
@@ -36,7 +36,7 @@ from elmo.model.bilm import BiLM
 from elmo.model.engine import InferenceEngine
 from elmo.model.fingerprint import weights_sha256
 from elmo.model.mix import check_layers
-from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, whitespace_tokenize
+from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, tokens_of, whitespace_tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def read_lines(path: str | Path, errors: str = "strict",
     """Stream a UTF-8 text file's lines (plain or gzip; split on '\\n' only; CRLF accepted), stripped and
     tokenised (whitespace unless a ``tokenizer`` is given). A line over ``MAX_LINE_BYTES`` bytes or
     ``MAX_TOKENS_PER_LINE`` tokens is an error naming it (elmo.limits)."""
-    split = tokenizer or str.split
+    split = (lambda text: tokens_of(tokenizer, text)) if tokenizer is not None else str.split
     try:
         for number, text in numbered_lines(path, errors, MAX_LINE_BYTES):
             text = text.strip()
@@ -117,8 +117,11 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise UsageError(f"batch size must be in [1, {MAX_BATCH_SIZE:,}], got {batch_size}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
+    for name, path in (("input", input_path), ("output", output_path)):
+        if not isinstance(path, (str, Path)):
+            raise InputTypeError(f"embed_file: the {name} must be a path (str or Path), got {type(path).__name__}")
     if non_finite not in ("error", "warn"):
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
     _check_paths(Path(input_path), Path(output_path))

@@ -174,3 +174,39 @@ def test_an_error_about_an_open_file_names_it_not_a_temporary_copy(tmp_path):
         embedder.embed_file(io.StringIO("same\nsame\n"), tmp_path / "out.hdf5", use_sentence_keys=True,
                             progress=False)
     assert "the open file, line 2" in str(caught.value) and "input.txt" not in str(caught.value)
+
+
+def _generator():
+    yield ["a", "b"]
+
+
+@pytest.mark.parametrize("call, problem", [
+    (lambda e: list(e.embed_sentences("hello world")), "for one string use embed_sentence"),
+    (lambda e: list(e.embed_sentences(None)), "takes an iterable of sentences"),
+    (lambda e: list(e.embed_sentences([["a"]], batch_size=1.5)), "batch_size must be a whole number"),
+    (lambda e: Embedder(e.bilm, cache_words="hello"), "got one string"),
+    (lambda e: Embedder(e.bilm, cache_words=[1]), "a list holding other things"),
+    (lambda e: e.embed_sentence(None), "sentence 0: expected a string or a list of tokens"),
+    (lambda e: e.embed_batch(None), "expected a list of sentences"),
+    (lambda e: e.embed_batch([None]), "sentence 0: expected a string or a list of tokens"),
+    (lambda e: e.embed_file(None, "out.hdf5"), "the input must be a path"),
+    (lambda e: e.embed_file("in.txt", "out.hdf5", batch_size="2"), "batch size must be a whole number"),
+    (lambda e: Embedder(e.bilm, tokenizer=lambda s: None).embed(["a b"]), "the tokenizer returned NoneType"),
+])
+def test_odd_arguments_are_one_clear_error(embedder, call, problem):
+    """A string iterated letter by letter (11 one-letter sentences), None, a float batch size or a tokenizer that
+    returns None gave wrong results or errors from deep inside; each is now an ElmoError saying what to pass."""
+    from elmo.errors import ElmoError
+
+    with pytest.raises(ElmoError, match=problem):
+        call(embedder)
+
+
+def test_batch_to_ids_takes_a_generator_and_refuses_none():
+    from elmo.data.chars import batch_to_ids
+    from elmo.errors import ElmoError
+
+    assert batch_to_ids(_generator()).shape == (1, 2, 50)
+    for bad, problem in ((None, "not NoneType"), ([None], "sentence 0 is NoneType")):
+        with pytest.raises(ElmoError, match=problem):
+            batch_to_ids(bad)

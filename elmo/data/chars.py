@@ -65,8 +65,13 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     ``T`` is the longest sentence's length (at least 1, so an all-empty batch still has a time axis). No sentence
     boundaries are added: the model adds ``<S>``/``</S>`` itself.
     """
-    if isinstance(sentences, str):
-        raise InputTypeError("batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not a string")
+    if isinstance(sentences, (str, bytes)) or not hasattr(sentences, "__iter__"):
+        raise InputTypeError(f"batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not "
+                             f"{'a string' if isinstance(sentences, str) else type(sentences).__name__}")
+    sentences = sentences if hasattr(sentences, "__len__") else list(sentences)  # a generator will do
+    bad = next((row for row, s in enumerate(sentences) if s is None or not hasattr(s, "__len__")), None)
+    if bad is not None:
+        raise InputTypeError(f"sentence {bad} is {type(sentences[bad]).__name__}, not a list of tokens")
     longest = max((len(s) for s in sentences), default=0)
     ids = torch.zeros(len(sentences), max(longest, 1), width, dtype=torch.long)  # (B, T, W)
     for row, sentence in enumerate(sentences):

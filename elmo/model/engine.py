@@ -25,7 +25,7 @@ import torch
 
 from elmo.config import ElmoConfig
 from elmo.devices import check_device
-from elmo.errors import UsageError
+from elmo.errors import InputTypeError, UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
 from elmo.model.char_cnn import CharEncoder, TokenLinears, unique_rows
 from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
@@ -93,6 +93,13 @@ class InferenceEngine:
         self.precision = precision
         self.device = torch.device(device) if device is not None else bilm.char_encoder.projection.weight.device
         self.stateful = bilm.stateful if stateful is None else stateful
+        if cache_words is not None:
+            words = None if isinstance(cache_words, (str, bytes)) or not hasattr(cache_words, "__iter__") \
+                else list(cache_words)
+            if words is None or not all(isinstance(w, str) for w in words):
+                raise InputTypeError(f"cache_words must be a list of words (strings), e.g. ['the', 'bank']; got "
+                                     f"{'one string' if words is None else 'a list holding other things'}")
+            cache_words = words
         self.cache_words = list(cache_words) if cache_words is not None else bilm.cache_words
         self.memo_words = memo_words
         self.carrier = StateCarrier()

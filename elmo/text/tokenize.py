@@ -25,7 +25,7 @@ import re
 import unicodedata
 from typing import Callable, Iterable, Iterator
 
-from elmo.errors import MissingDependencyError, UsageError
+from elmo.errors import InputTypeError, MissingDependencyError, UsageError
 
 Tokenizer = Callable[[str], list[str]]
 
@@ -177,6 +177,17 @@ def korean_morpheme_tokenizer() -> Tokenizer:
                           "(or use --tokenize ko, which splits on whitespace into eojeol)") from None
     kiwi = Kiwi()
     return lambda text: [token.form for token in kiwi.tokenize(text)]
+
+
+def tokens_of(tokenizer: Callable[[str], list[str]], text: str) -> list[str]:
+    """``tokenizer(text)``, checked to be a list of strings: a user's tokenizer that returns None or a string would
+    otherwise fail far away (or embed its characters one by one)."""
+    tokens = tokenizer(text)
+    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
+        got = "a list holding non-strings" if isinstance(tokens, list) else type(tokens).__name__
+        raise InputTypeError(f"the tokenizer returned {got} for {text[:40]!r}; a tokenizer must return a list of "
+                             f"strings")
+    return tokens
 
 
 TOKENIZER_NAMES = ("whitespace", "en", "ko", "ko-morph")  # what --tokenize and get_tokenizer take
