@@ -222,14 +222,16 @@ class Embedder:
 
     def embed_file(self, input_file: str | Path | IO, output_file_path: str | Path, output_format: str = "all",
                    batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
-                   progress: bool = True, *, tokenize: str | Callable[[str], list[str]] | None = None) -> int:
+                   progress: bool = True, *, tokenize: str | Callable[[str], list[str]] | None = None,
+                   errors: str = "strict") -> int:
         """A text file (a path, or an open file as AllenNLP takes; one sentence per line) -> HDF5 in AllenNLP's
         layout, or ``.npz``; ``output_format`` "all", "top" or "average". Returns the number of lines (``elmo embed``).
 
         Lines are split on whitespace (pre-tokenised text, as AllenNLP and ``elmo embed`` read it), not by this
         embedder's tokenizer, unless ``tokenize`` asks: a name ("en", "ko", "ko-morph", "whitespace"), "model" for
         the model's own (``bilm.tokenizer_name``), or a function (``tokenize=embedder.tokenizer``). The HDF5 file
-        records the model, its weights' sha256, the layers and the tokenizer as attributes (``embed_file``)."""
+        records the model, its weights' sha256, the layers and the tokenizer as attributes (``embed_file``).
+        ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD instead of stopping at them."""
         if hasattr(input_file, "read"):  # the file is read twice (count, then embed): copy an open one first
             with tempfile.TemporaryDirectory() as folder:
                 copy = Path(folder) / "input.txt"
@@ -238,14 +240,14 @@ class Embedder:
                     shutil.copyfileobj(input_file, out)
                 try:
                     return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
-                                           use_sentence_keys, progress, tokenize=tokenize)
+                                           use_sentence_keys, progress, tokenize=tokenize, errors=errors)
                 except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
                     if err.args and isinstance(err.args[0], str):
                         err.args = (err.args[0].replace(str(copy), str(getattr(input_file, "name", "the open file"))),
                                     *err.args[1:])
                     raise
         return embed_file(self.engine, input_file, output_file_path, output_format, batch_size, forget_sentences,
-                          use_sentence_keys, progress=progress, device=self.device, tokenize=tokenize,
+                          use_sentence_keys, errors=errors, progress=progress, device=self.device, tokenize=tokenize,
                           model_name=self.model_name)
 
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:

@@ -82,7 +82,7 @@ def read_lines(path: str | Path, errors: str = "strict",
 
 def _not_utf8(path: str | Path, err: NotUtf8Error) -> InputFileError:
     return InputFileError(f"{path}, line {err.line}: invalid UTF-8 at byte {err.byte} "
-                          f"(use --errors replace to substitute U+FFFD)")
+                          f"(--errors replace, or errors='replace', substitutes U+FFFD)")
 
 
 def _too_many_tokens(path: str | Path, line: int, tokens: int) -> str:

@@ -210,3 +210,12 @@ def test_batch_to_ids_takes_a_generator_and_refuses_none():
     for bad, problem in ((None, "not NoneType"), ([None], "sentence 0 is NoneType")):
         with pytest.raises(ElmoError, match=problem):
             batch_to_ids(bad)
+
+
+def test_embed_file_reads_bad_bytes_when_asked_and_says_how_when_not(embedder, tmp_path):
+    from elmo.errors import ElmoError
+
+    (tmp_path / "in.txt").write_bytes(b"The bank \xff closed .\n")
+    with pytest.raises(ElmoError, match=r"line 1: invalid UTF-8 .*errors='replace'"):
+        embedder.embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", progress=False)
+    assert embedder.embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", progress=False, errors="replace") == 1

@@ -227,6 +227,10 @@ def test_label_text_tsv_empty_label_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match="empty 'label'") as excinfo:
         read_label_text_tsv(path)
     assert_format_error(excinfo, path, 3)
+    path = write(tmp_path / "t.tsv", "text\tlabel\nthe cat sat\tpos\n \tneg\n")
+    with pytest.raises(DataFormatError, match="empty 'text'") as excinfo:
+        read_label_text_tsv(path)
+    assert_format_error(excinfo, path, 3)
 
 
 def test_label_text_tsv_wrong_field_count(tmp_path):

@@ -106,3 +106,13 @@ def test_a_vocabulary_given_as_a_model_is_called_a_vocabulary(tmp_path):
     (tmp_path / "page.html").write_text("<!DOCTYPE html><html><body>Not found</body></html>")
     assert describe_file(tmp_path / "vocab.txt") == "a vocabulary (one word per line)"
     assert describe_file(tmp_path / "page.html").startswith("an HTML/XML page")
+
+
+def test_a_text_file_given_as_weights_is_called_what_it_is(tmp_path):
+    from elmo.io.official import WeightFileError, load_official
+    from tests.conftest import OPTIONS
+
+    (tmp_path / "w.hdf5").write_text("not hdf5 at all")
+    with pytest.raises(WeightFileError, match=r"w.hdf5: not an HDF5 weight file but a file of another kind "
+                                              r"\(it begins with b'not hdf5'\)"):
+        load_official(OPTIONS, tmp_path / "w.hdf5")

@@ -286,7 +286,7 @@ def describe_file(path: str | Path) -> str:
         return "a vocabulary (one word per line)"
     if h5py.is_hdf5(str(path)):  # HDF5 behind a user block
         return HDF5_KIND
-    return f"not HDF5 (it begins with {head[:8]!r})"
+    return f"a file of another kind (it begins with {head[:8]!r})"
 
 
 _ADVICE = {

@@ -64,8 +64,8 @@ def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, pro
     token_lists = embedder.tokenize(inputs)
     empty = [i for i, t in enumerate(token_lists) if not t]
     if empty:
-        raise UsageError(f"{source}: example {empty[0] + 1} has no tokens after tokenisation; remove empty "
-                         f"examples")
+        raise UsageError(f"{source}: example {empty[0] + 1} (counting examples from 1, not lines) has no tokens "
+                         f"after tokenisation; remove it")
     return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
 
 

@@ -144,5 +144,7 @@ def read_label_text_tsv(path: str | Path, text_column: str = "text",
                                   "TABs inside a text must be replaced (the file uses no quoting)")
         if not fields[label_at].strip():
             raise DataFormatError(path, number, f"empty {label_column!r}", "give every line its label")
+        if not fields[text_at].strip():
+            raise DataFormatError(path, number, f"empty {text_column!r}", "remove the line or give it its text")
         items.append(LabelledText(fields[text_at], fields[label_at]))
     return items
