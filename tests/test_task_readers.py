@@ -188,6 +188,8 @@ def test_sst_trees_root_label_and_leaves(tmp_path):
     "(3 (2 It)) (2 works)",       # two trees on one line
     "(9 (2 It) (2 works))",       # not an SST label
     "(3 (2 It) ())",              # empty node
+    "(3 (2 a) (x b))",            # an inner node's label that is not an SST label
+    "(3 (2 a) (2 ))",             # a node with a label but no words
 ])
 def test_sst_malformed_tree_names_file_and_line(tmp_path, tree):
     path = write(tmp_path / "t.txt", f"(2 (2 fine) (2 .))\n{tree}\n")

@@ -49,26 +49,35 @@ def _parse_tree(line: str, path: str | Path, number: int) -> tuple[str, list[str
 
     depth, root_label, expect_label, closed = 0, None, False, False
     leaves: list[str] = []
+    children: list[int] = []  # per open node: its children (nodes and words) so far
     for token in _TREE_TOKEN.findall(line):
         if closed:
             raise fail(f"text {token!r} after the tree's closing parenthesis (unbalanced parentheses)")
         if token == "(":
             if expect_label:
                 raise fail("a node without a label")
+            if children:
+                children[-1] += 1
+            children.append(0)
             depth, expect_label = depth + 1, True
         elif token == ")":
             if expect_label:
                 raise fail("an empty node '()'")
             if depth == 0:
                 raise fail("unbalanced parentheses: ')' before any '('")
+            if children.pop() == 0:
+                raise fail("a node with a label but no words")
             depth -= 1
             closed = depth == 0
         elif expect_label:
+            if token not in _SST_LABELS:
+                raise fail(f"{'root' if root_label is None else 'node'} label {token!r} is not one of 0..4")
             root_label = token if root_label is None else root_label
             expect_label = False
         elif depth == 0:
             raise fail(f"text {token!r} outside the tree")
         else:
+            children[-1] += 1
             leaves.append(_unescape_ptb_leaf(token))
     if depth > 0:
         raise fail(f"unbalanced parentheses: {depth} '(' never closed")
