@@ -80,6 +80,18 @@ def read_lines(path: str | Path, errors: str = "strict",
         raise InputFileError(str(err)) from None
 
 
+def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, non_finite: str) -> None:
+    """``embed_file``'s arguments, each refused in one line before anything is read or written."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
+    for name, path in (("input", input_path), ("output", output_path)):
+        if not isinstance(path, (str, Path)):
+            raise InputTypeError(f"embed_file: the {name} must be a path (str or Path), got {type(path).__name__}")
+    if non_finite not in ("error", "warn"):
+        raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
+    _check_paths(Path(input_path), Path(output_path))
+
+
 def _not_utf8(path: str | Path, err: NotUtf8Error) -> InputFileError:
     return InputFileError(f"{path}, line {err.line}: invalid UTF-8 at byte {err.byte} "
                           f"(--errors replace, or errors='replace', substitutes U+FFFD)")
@@ -117,14 +129,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
-    for name, path in (("input", input_path), ("output", output_path)):
-        if not isinstance(path, (str, Path)):
-            raise InputTypeError(f"embed_file: the {name} must be a path (str or Path), got {type(path).__name__}")
-    if non_finite not in ("error", "warn"):
-        raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
-    _check_paths(Path(input_path), Path(output_path))
+    _check_arguments(input_path, output_path, batch_size, non_finite)
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)
