@@ -168,3 +168,16 @@ def test_counts_below_one_are_refused_by_the_parser(tmp_path, capsys):
     assert "at least 1" in capsys.readouterr().err
     assert main(["vocab", "build", str(tmp_path / "c.txt"), "-o", str(tmp_path / "v.txt"), "--max-size", "3"]) == 2
     assert "no room for words" in capsys.readouterr().err
+
+
+def test_convert_into_the_folder_of_the_pair_it_reads_is_refused(tmp_path, capsys):
+    """A second options.json + weights.hdf5 beside the pair read left the folder two models (loading it by name
+    then failed as ambiguous)."""
+    import shutil
+
+    shutil.copy(OPTIONS, tmp_path / "elmo_options.json")
+    shutil.copy(WEIGHTS, tmp_path / "elmo_weights.hdf5")
+    assert main(["convert", "--options", str(tmp_path / "elmo_options.json"), "--weights",
+                 str(tmp_path / "elmo_weights.hdf5"), "--to", "official", str(tmp_path)]) == 2
+    assert "holds the pair being converted" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elmo_options.json", "elmo_weights.hdf5"]

@@ -13,6 +13,8 @@ from elmo.io.official import (
     lstm_bias_from_tf, lstm_bias_to_tf, lstm_kernel_from_tf, lstm_kernel_to_tf, load_official,
     prepend_padding_row, remove_forget_bias, swap_gate_blocks,
 )
+from elmo.io.load import load_bilm
+from elmo.io.native import save_model
 from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config
 
 
@@ -159,3 +161,26 @@ def test_native_errors_are_one_line(tmp_path):
     (tmp_path / "m" / "model.safetensors").write_bytes((tmp_path / "n" / "model.safetensors").read_bytes())
     with pytest.raises(ModelFileError, match=r"tensor '[\w.]+' has shape \(128,?.*\) where the config implies \(96,?.*\)"):
         load_model(tmp_path / "m")
+
+
+@pytest.mark.parametrize("call, problem", [
+    (lambda m, d: export_official(m, d / "a", weights_name="options.json"), "weights_name must be a file name"),
+    (lambda m, d: export_official(m, d / "b", weights_name="../escaped.hdf5"), "weights_name must be a file name"),
+    (lambda m, d: export_official(None, d / "c"), "export_official takes a BiLM"),
+    (lambda m, d: export_official(m, d / "file.txt"), "is a file"),
+    (lambda m, d: save_model(m, d / "e", dtype=torch.int8), "dtype must be"),
+    (lambda m, d: save_model(torch.nn.Linear(2, 2), d / "f"), "save_model takes a BiLM"),
+    (lambda m, d: save_model(m, ""), "an empty path"),
+    (lambda m, d: load_official(None, None), "options_file must be a path"),
+    (lambda m, d: load_bilm(123), "model must be a path"),
+])
+def test_the_file_functions_refuse_odd_arguments_before_writing(tmp_path, call, problem):
+    """int8 weights that load as damage, weights written outside the folder or over options.json, deep pathlib or
+    attribute errors: each is one ElmoError now, and nothing is written."""
+    from elmo.errors import ElmoError
+
+    (tmp_path / "file.txt").write_text("mine")
+    with pytest.raises(ElmoError, match=problem):
+        call(random_bilm(small_config()), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+    assert not (tmp_path.parent / "escaped.hdf5").exists()

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 
@@ -69,6 +70,10 @@ def _fit_columns(text: str, width: int) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
+    if args.to == "official" and args.options and Path(args.output).is_dir() and any(
+            Path(args.output).resolve() == Path(f).resolve().parent for f in (args.options, args.weights)):
+        raise CommandLineError(f"{args.output} holds the pair being converted: a second options.json + weight file "
+                               f"beside it would leave the folder two models; give another folder")
     model = load_model(args)
     if args.to == "official":
         options, weights = export_official(model, args.output)

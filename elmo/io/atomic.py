@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from elmo.errors import ElmoError
+from elmo.errors import ElmoError, InputTypeError, UsageError
 
 _NO_SPACE = ("no space left on device", "errno = 28", "disk quota exceeded", "errno = 122")
 
@@ -150,6 +150,24 @@ def writable_file(target: str | Path) -> Path:
         kind = "a folder" if target.is_dir() else "not a regular file (a device, a pipe or a socket)"
         raise NotAFileError(f"{target}: is {kind}; writing would replace it: give the path of a file")
     return target
+
+
+def path_argument(value: object, what: str) -> Path:
+    """A path given to the Python API (``str`` or ``os.PathLike``, not empty) as a ``Path``; anything else is an
+    ``InputTypeError`` naming the argument (pathlib's own error names neither)."""
+    if isinstance(value, str) and not value:
+        raise UsageError(f"{what}: an empty path; give a file or folder name")
+    if not isinstance(value, (str, os.PathLike)) or isinstance(value, bytes):
+        raise InputTypeError(f"{what} must be a path (str or pathlib.Path), got {type(value).__name__}")
+    return Path(value)
+
+
+def output_folder(value: object, what: str) -> Path:
+    """``path_argument`` for a folder to write into: a file in its place is refused in one line."""
+    folder = path_argument(value, what)
+    if folder.exists() and not folder.is_dir():
+        raise NotAFileError(f"{folder}: is a file; {what} is a folder to write into: give a folder's path")
+    return folder
 
 
 def same_file(a: str | Path, b: str | Path) -> bool:

@@ -16,8 +16,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, tokenizer_name
-from elmo.errors import ElmoError
-from elmo.io.atomic import atomic_path, check_free_space, write_errors
+from elmo.errors import ElmoError, InputTypeError, UsageError
+from elmo.io.atomic import atomic_path, check_free_space, output_folder, path_argument, write_errors
 from elmo.model.bilm import BiLM
 
 CONFIG_NAME = "config.json"
@@ -36,7 +36,11 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
     ``dtype=torch.float16`` halves the file (the shipped models use it); loading casts back to float32.
     ``model.tokenizer_name`` goes into config.json, so the copy splits raw text as the original does.
     """
-    out = Path(out_dir)
+    if not isinstance(model, BiLM):
+        raise InputTypeError(f"save_model takes a BiLM, got {type(model).__name__}")
+    if dtype not in (None, torch.float32, torch.float16, torch.bfloat16):
+        raise UsageError(f"save_model: dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
+    out = output_folder(out_dir, "save_model's out_dir")
     state = {k: _stored(v, dtype) for k, v in model.state_dict().items()}
     check_free_space(out / WEIGHTS_NAME, sum(t.numel() * t.element_size() for t in state.values()) + (1 << 20),
                      "the model's weights")
@@ -63,7 +67,7 @@ def is_model_dir(path: str | Path) -> bool:
 
 def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
     """Build from ``config.json``, then load ``model.safetensors`` strictly; ``tokenizer_name`` from config.json."""
-    root = Path(model_dir)
+    root = path_argument(model_dir, "load_model's model_dir")
     for name in (CONFIG_NAME, WEIGHTS_NAME):
         if not (root / name).is_file():
             raise ModelFileError(f"{root}: no {name}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")

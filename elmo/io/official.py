@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
-from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import atomic_path, check_free_space, write_errors
+from elmo.errors import ElmoError, InputTypeError, UsageError
+from elmo.io.atomic import atomic_path, check_free_space, output_folder, path_argument, write_errors
 from elmo.model.bilm import BiLM
 
 
@@ -357,6 +357,8 @@ def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> Elmo
 
 def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
+    options_file = path_argument(options_file, "load_official's options_file")
+    weight_file = path_argument(weight_file, "load_official's weight_file")
     check_official_pair(options_file, weight_file)
     config = ElmoConfig.from_file(options_file)  # every size within elmo.limits
     config = unclipped_without_projection(config, set(dataset_shapes(Path(weight_file))))
@@ -380,7 +382,13 @@ def official_arrays(model: BiLM) -> dict[str, np.ndarray]:
 def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
     """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths. A model that
     splits raw text with a tokenizer names it in options.json (``"tokenizer"``: an extra key those readers ignore)."""
-    out = Path(out_dir)
+    if not isinstance(model, BiLM):
+        raise InputTypeError(f"export_official takes a BiLM, got {type(model).__name__}")
+    if not (isinstance(weights_name, str) and Path(weights_name).name == weights_name
+            and Path(weights_name).suffix.lower() in (".hdf5", ".h5")):
+        raise UsageError(f"export_official: weights_name must be a file name ending in .hdf5 or .h5 (no folder), "
+                         f"got {weights_name!r}")
+    out = output_folder(out_dir, "export_official's out_dir")
     options_path, weights_path = out / "options.json", out / weights_name
     arrays = official_arrays(model)
     check_free_space(weights_path, sum(a.nbytes for a in arrays.values()) + (1 << 20), "the weight file")

@@ -10,6 +10,7 @@ from pathlib import Path
 from elmo import pretrained
 from elmo.errors import UsageError
 from elmo.io import nlpl
+from elmo.io.atomic import path_argument
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import ModelFileError, is_model_dir
@@ -26,6 +27,9 @@ def resolve(model: str | Path | None = None, options: str | Path | None = None,
     ``options`` + ``weights`` (the official pair). Nothing given: "en". A name is downloaded (once) here."""
     if model is not None and (options is not None or weights is not None):
         raise UsageError("give either a model directory or --options and --weights, not both")
+    for value, what in ((model, "model"), (options, "options"), (weights, "weights")):
+        if value is not None:
+            path_argument(value, what)  # a name, or a path: a str or os.PathLike
     if model is None and options is None and weights is None:
         return pretrained.resolve(pretrained.DEFAULT_MODEL)  # shipped: a local folder "en" is not it
     if model is not None and pretrained.is_model_name(str(model)):
