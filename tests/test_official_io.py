@@ -164,14 +164,14 @@ def test_native_errors_are_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("call, problem", [
-    (lambda m, d: export_official(m, d / "a", weights_name="options.json"), "weights_name must be a file name"),
-    (lambda m, d: export_official(m, d / "b", weights_name="../escaped.hdf5"), "weights_name must be a file name"),
+    (lambda m, d: export_official(m, d / "a", weights_name="options.json"), "weights_name ending in .hdf5"),
+    (lambda m, d: export_official(m, d / "b", weights_name="../escaped.hdf5"), "weights_name ending in .hdf5"),
     (lambda m, d: export_official(None, d / "c"), "export_official takes a BiLM"),
     (lambda m, d: export_official(m, d / "file.txt"), "is a file"),
     (lambda m, d: save_model(m, d / "e", dtype=torch.int8), "dtype must be"),
     (lambda m, d: save_model(torch.nn.Linear(2, 2), d / "f"), "save_model takes a BiLM"),
     (lambda m, d: save_model(m, ""), "an empty path"),
-    (lambda m, d: load_official(None, None), "options_file must be a path"),
+    (lambda m, d: load_official(None, None), "the options file must be a path"),
     (lambda m, d: load_bilm(123), "model must be a path"),
 ])
 def test_the_file_functions_refuse_odd_arguments_before_writing(tmp_path, call, problem):

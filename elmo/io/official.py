@@ -323,7 +323,7 @@ def is_weight_file(path: str | Path) -> bool | None:
 def check_official_pair(options_file: str | Path, weight_file: str | Path) -> None:
     """Refuse, in one line, the wrong file in either place before anything is parsed: a folder, the two files
     swapped, a weight file that is not HDF5 (saying what it is), or an HDF5 file without weights."""
-    options, weights = Path(options_file), Path(weight_file)
+    options, weights = path_argument(options_file, "the options file"), path_argument(weight_file, "the weight file")
     for path, role, expected in ((options, "options", "options.json"), (weights, "weights", "weights .hdf5")):
         if path.is_dir():
             raise UsageError(f"{path}: is a folder, where the {role} file ({expected}) is expected; give the file "
@@ -357,8 +357,6 @@ def unclipped_without_projection(config: ElmoConfig, datasets: set[str]) -> Elmo
 
 def load_official(options_file: str | Path, weight_file: str | Path, stateful: bool = False) -> BiLM:
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
-    options_file = path_argument(options_file, "load_official's options_file")
-    weight_file = path_argument(weight_file, "load_official's weight_file")
     check_official_pair(options_file, weight_file)
     config = ElmoConfig.from_file(options_file)  # every size within elmo.limits
     config = unclipped_without_projection(config, set(dataset_shapes(Path(weight_file))))
@@ -382,12 +380,9 @@ def official_arrays(model: BiLM) -> dict[str, np.ndarray]:
 def export_official(model: BiLM, out_dir: str | Path, weights_name: str = "weights.hdf5") -> tuple[Path, Path]:
     """Write ``options.json`` + the weight file that bilm-tf and AllenNLP load; returns both paths. A model that
     splits raw text with a tokenizer names it in options.json (``"tokenizer"``: an extra key those readers ignore)."""
-    if not isinstance(model, BiLM):
-        raise InputTypeError(f"export_official takes a BiLM, got {type(model).__name__}")
-    if not (isinstance(weights_name, str) and Path(weights_name).name == weights_name
-            and Path(weights_name).suffix.lower() in (".hdf5", ".h5")):
-        raise UsageError(f"export_official: weights_name must be a file name ending in .hdf5 or .h5 (no folder), "
-                         f"got {weights_name!r}")
+    if not isinstance(model, BiLM) or not re.fullmatch(r"[^/\\]+\.(hdf5|h5)", str(weights_name), re.IGNORECASE):
+        raise InputTypeError(f"export_official takes a BiLM and a weights_name ending in .hdf5 or .h5 (no folder), "
+                             f"got {type(model).__name__} and {weights_name!r}")
     out = output_folder(out_dir, "export_official's out_dir")
     options_path, weights_path = out / "options.json", out / weights_name
     arrays = official_arrays(model)
