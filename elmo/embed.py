@@ -27,7 +27,7 @@ from elmo.devices import check_device
 from elmo.embed_file import NonFiniteVectorsError, embed_file
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.load import load_bilm
-from elmo.io.resolve import reference
+from elmo.io.resolve import model_reference
 from elmo.model.bilm import BiLM
 from elmo.limits import MAX_TOKENS_PER_LINE
 from elmo.model.engine import InferenceEngine
@@ -112,8 +112,7 @@ class Embedder:
         official ``options`` + ``weights`` files. Raw text goes through the model's own tokenizer
         (``bilm.tokenizer_name``) unless ``tokenizer=`` says otherwise; other keywords go to ``Embedder``."""
         embedder = cls(load_bilm(model, options, weights), **kwargs)
-        pair = options is not None or weights is not None
-        embedder.model_name = f"{Path(options).resolve()} + {Path(weights).resolve()}" if pair else reference(model)
+        embedder.model_name = model_reference(model, options, weights)
         return embedder
 
     @property

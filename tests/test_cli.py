@@ -181,3 +181,19 @@ def test_convert_into_the_folder_of_the_pair_it_reads_is_refused(tmp_path, capsy
                  str(tmp_path / "elmo_weights.hdf5"), "--to", "official", str(tmp_path)]) == 2
     assert "holds the pair being converted" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elmo_options.json", "elmo_weights.hdf5"]
+
+
+def test_embed_records_the_model_as_the_python_api_does(tmp_path, monkeypatch):
+    """The command wrote `--model DIR` as given (relative) and only the weights of a pair; the record names the
+    model so that it works from elsewhere: an absolute path, or OPTIONS + WEIGHTS."""
+    from elmo.io.native import save_model
+    from elmo.io.official import load_official
+
+    (tmp_path / "in.txt").write_text("The bank .\n", encoding="utf-8")
+    save_model(load_official(OPTIONS, WEIGHTS), tmp_path / "ours")
+    monkeypatch.chdir(tmp_path)
+    assert main(["embed", "in.txt", "a.hdf5", "--top", "--quiet", *MODEL]) == 0
+    assert main(["embed", "in.txt", "b.hdf5", "--top", "--quiet", "--model", "ours"]) == 0
+    with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
+        assert a.attrs["model"] == f"{OPTIONS.resolve()} + {WEIGHTS.resolve()}"
+        assert b.attrs["model"] == str(tmp_path / "ours")

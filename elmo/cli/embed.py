@@ -16,9 +16,9 @@ from elmo.embed import Embedder
 from elmo.embed_file import embed_file
 from elmo.io.native import save_model
 from elmo.io.official import export_official
+from elmo.io.resolve import model_reference
 from elmo.memory import fix_mmap_threshold
 from elmo.model.engine import InferenceEngine
-from elmo.pretrained import DEFAULT_MODEL
 
 EMBED_TOKENIZERS = ("whitespace", "en", "ko", "ko-morph", "model")
 
@@ -38,7 +38,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
                    device=args.device, resume=args.resume, tokenize=args.tokenize,
-                   model_name=args.model or args.weights or (None if args.options else DEFAULT_MODEL),
+                   model_name=model_reference(args.model, args.options, args.weights),
                    non_finite="warn" if args.allow_non_finite else "error")
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
 

@@ -78,6 +78,14 @@ def reference(model: str | Path | None) -> str:
     return str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
 
 
+def model_reference(model: str | Path | None, options: str | Path | None = None,
+                    weights: str | Path | None = None) -> str:
+    """``reference`` of a model given either way: the official pair as ``OPTIONS + WEIGHTS``, both absolute."""
+    if options is not None or weights is not None:
+        return f"{Path(options).resolve()} + {Path(weights).resolve()}"
+    return reference(model)
+
+
 def recorded_tokenizer(path: str | Path) -> str | None:
     """The tokenizer name ("en", "ko" ...) of the model folder at ``path`` without loading it (a model directory or
     checkpoint, a run directory's newest checkpoint, an official folder). None: whitespace-split text, or no model
