@@ -197,6 +197,17 @@ def test_a_zip_member_longer_than_recorded_is_refused_and_nothing_kept(source, t
     assert not any((tmp_path / "cache" / "nlpl").iterdir())
 
 
+def test_a_zip_whose_weights_are_not_hdf5_names_the_zip_and_keeps_nothing(source, tmp_path):
+    """The error named the unpacked copy in the cache (which stayed there, and `cache clear` left it)."""
+    folder = nlpl_folder(source, tmp_path / "nlpl")
+    (folder / "model.hdf5").write_text("not hdf5 at all")
+    archive = zip_folder(folder, tmp_path / "bad.zip")
+    with pytest.raises(ModelFileError) as err:
+        load_bilm(archive)
+    assert one_line(err).startswith(f"{archive}: its model.hdf5 is not HDF5 weights") and "download it" in str(err.value)
+    assert not any((tmp_path / "cache" / "nlpl").iterdir())
+
+
 def test_a_zip_without_the_nlpl_files(tmp_path):
     with zipfile.ZipFile(tmp_path / "x.zip", "w") as z:
         z.writestr("corpus.txt", "a b c\n")

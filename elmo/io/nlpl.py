@@ -20,6 +20,7 @@ from pathlib import Path
 
 from elmo.io.download import cache_dir, sha256_of
 from elmo.io.native import ModelFileError
+from elmo.io.official import HDF5_KIND, describe_file
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
             try:
                 for name, info in members.items():
                     _extract(archive, z, info, tmp / name)
+                if (tmp / WEIGHTS_NAME).is_file() and (kind := describe_file(tmp / WEIGHTS_NAME)) != HDF5_KIND:
+                    raise ModelFileError(f"{archive}: its {WEIGHTS_NAME} is not HDF5 weights but {kind}; the zip is "
+                                         f"damaged or not an NLPL model: download it again")  # nothing is kept
                 if target.exists() and not is_nlpl_folder(target):
                     shutil.rmtree(target)  # left incomplete by hand (a file deleted): unpack afresh
                 try:
