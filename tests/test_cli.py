@@ -197,3 +197,13 @@ def test_embed_records_the_model_as_the_python_api_does(tmp_path, monkeypatch):
     with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
         assert a.attrs["model"] == f"{OPTIONS.resolve()} + {WEIGHTS.resolve()}"
         assert b.attrs["model"] == str(tmp_path / "ours")
+
+
+def test_convert_leaves_a_users_file_of_an_output_name_alone(tmp_path, capsys):
+    """`convert --to ours DIR` replaced a user's DIR/config.json (not half of a model) without a word."""
+    (tmp_path / "config.json").write_text('{"x": 1}')
+    assert main(["convert", *MODEL, "--to", "ours", str(tmp_path)]) == 2
+    assert "config.json exists without model.safetensors" in capsys.readouterr().err
+    assert (tmp_path / "config.json").read_text() == '{"x": 1}' and len(list(tmp_path.iterdir())) == 1
+    assert main(["convert", *MODEL, "--to", "ours", str(tmp_path / "m")]) == 0
+    assert main(["convert", *MODEL, "--to", "ours", str(tmp_path / "m")]) == 0  # over its own earlier output

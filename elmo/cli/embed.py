@@ -74,6 +74,12 @@ def cmd_convert(args: argparse.Namespace) -> None:
             Path(args.output).resolve() == Path(f).resolve().parent for f in (args.options, args.weights)):
         raise CommandLineError(f"{args.output} holds the pair being converted: a second options.json + weight file "
                                f"beside it would leave the folder two models; give another folder")
+    written = ("options.json", "weights.hdf5") if args.to == "official" else ("config.json", "model.safetensors")
+    present = [name for name in written if (Path(args.output) / name).exists()]
+    if present and len(present) < len(written):  # half of a pair: a file of the user's by that name, not a model
+        missing = next(name for name in written if name not in present)
+        raise CommandLineError(f"{Path(args.output) / present[0]} exists without {missing} beside it, so it is no "
+                               f"model this command wrote: move it away or give another folder")
     model = load_model(args)
     if args.to == "official":
         options, weights = export_official(model, args.output)
