@@ -10,7 +10,6 @@ look like single words is ambiguous (one tokenised sentence, or many one-word se
 from __future__ import annotations
 
 import logging
-import math
 import re
 import shutil
 import tempfile
@@ -31,7 +30,7 @@ from elmo.io.resolve import model_reference
 from elmo.model.bilm import BiLM
 from elmo.limits import MAX_TOKENS_PER_LINE
 from elmo.model.engine import InferenceEngine
-from elmo.model.mix import check_layers, scalar_weights
+from elmo.model.mix import check_layers, initial_mix, scalar_weights
 from elmo.text.tokenize import get_tokenizer, tokens_of
 
 Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
@@ -84,12 +83,7 @@ class Embedder:
         self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
         self.device = torch.device(device)
         n = bilm.config.n_output_layers
-        weights = torch.zeros(n) if mix_weights is None else torch.tensor(list(mix_weights), dtype=torch.float)
-        if weights.shape != (n,):
-            raise UsageError(f"mix_weights needs {n} values (one per layer), got {len(weights)}")
-        if not bool(torch.isfinite(weights).all()) or not math.isfinite(gamma):
-            raise UsageError(f"mix_weights and gamma must be finite numbers, got {list(mix_weights or [])} and {gamma}")
-        self.mix = scalar_weights(weights, gamma)  # (L+1,): ScalarMix's arithmetic, fixed
+        self.mix = scalar_weights(initial_mix(n, mix_weights, gamma, "mix_weights"), gamma)  # (L+1,) fixed
         self.allow_non_finite = allow_non_finite  # NaN/inf vectors: a warning instead of an error
         # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md); cache_words: their token layer precomputed
         self.engine = InferenceEngine.build(bilm, precision, cache_words, device)
@@ -213,8 +207,7 @@ class Embedder:
         if isinstance(sentences, (str, bytes)) or not hasattr(sentences, "__iter__"):
             raise InputTypeError(f"embed_sentences takes an iterable of sentences, got {type(sentences).__name__}; "
                                  f"for one string use embed_sentence")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise UsageError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        _check_batch_size(batch_size)
         iterator = iter(sentences)
         while chunk := list(islice(iterator, batch_size)):
             yield from self.embed_batch(chunk)
@@ -269,8 +262,7 @@ class Embedder:
         rows and ``max_tokens``."""
         if batch_size is None:
             batch_size = self.max_batch_size
-        elif isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise UsageError(f"batch_size must be an int >= 1 (rows per forward pass), got {batch_size!r}")
+        _check_batch_size(batch_size)
         return length_batches([len(t) for t in token_lists], int(batch_size), self.max_tokens)
 
     def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
@@ -326,6 +318,11 @@ class Embedder:
                     logger.warning("%s; kept, as asked", message)
                 yield indices, arrays
                 bar.update(len(indices))
+
+
+def _check_batch_size(batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise UsageError(f"batch_size must be a whole number >= 1 (sentences per forward pass), got {batch_size!r}")
 
 
 def _looks_like_words(strings: Sequence[str]) -> bool:

@@ -26,8 +26,8 @@ import torch
 from tqdm.auto import tqdm
 
 from elmo.batching import length_batches, run_batch
-from elmo.errors import ElmoError, InputTypeError, UsageError
-from elmo.io.atomic import check_free_space, new_folders, same_file, writable_file
+from elmo.errors import ElmoError, UsageError
+from elmo.io.atomic import check_free_space, new_folders, path_argument, same_file, writable_file
 from elmo.io.lock import lock_beside
 from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
 from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
@@ -84,12 +84,10 @@ def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size
     """``embed_file``'s arguments, each refused in one line before anything is read or written."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
-    for name, path in (("input", input_path), ("output", output_path)):
-        if not isinstance(path, (str, Path)):
-            raise InputTypeError(f"embed_file: the {name} must be a path (str or Path), got {type(path).__name__}")
     if non_finite not in ("error", "warn"):
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
-    _check_paths(Path(input_path), Path(output_path))
+    _check_paths(path_argument(input_path, "embed_file: the input"),
+                 path_argument(output_path, "embed_file: the output"))
 
 
 def _not_utf8(path: str | Path, err: NotUtf8Error) -> InputFileError:

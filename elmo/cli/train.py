@@ -113,9 +113,14 @@ def cmd_perplexity(args: argparse.Namespace) -> None:
     share = result.unknown_share
     print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
           f"mean {result.mean:.2f}  unknown {100 * share:.1f}%")
+    _warn_if_mostly_unknown(share, "", "the model's vocabulary")
+
+
+def _warn_if_mostly_unknown(share: float, where: str, vocabulary: str) -> None:
+    """A perplexity over text whose words are mostly <UNK> looks good and means little: say so."""
     if share > UNKNOWN_SHARE_WARNING:
-        warnings.warn(f"{100 * share:.0f}% of the words are not in the model's vocabulary (they count as <UNK>, "
-                      f"which flatters the perplexity): is the text split as the training text was (--tokenize)?")
+        warnings.warn(f"{where}{100 * share:.0f}% of the words are not in {vocabulary} (they count as <UNK>, which "
+                      f"flatters the perplexity): is the text split as the vocabulary's was (--tokenize)?")
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -161,11 +166,8 @@ def cmd_baselines(args: argparse.Namespace) -> None:
     if not any(train):
         raise UsageError(f"{', '.join(args.train)}: no words to train the baselines on (empty or blank text)")
     for name, evaluate in zip(args.eval, sets):
-        words = sum(len(s) for s in evaluate)
-        share = sum(vocab.id(w) == vocab.unk for s in evaluate for w in s) / words
-        if share > UNKNOWN_SHARE_WARNING:
-            warnings.warn(f"{name}: {100 * share:.0f}% of the words are not in the vocabulary (they count as <UNK>, "
-                          f"which flatters the perplexity): is the text split as the vocabulary's was (--tokenize)?")
+        share = sum(vocab.id(w) == vocab.unk for s in evaluate for w in s) / sum(len(s) for s in evaluate)
+        _warn_if_mostly_unknown(share, f"{name}: ", "the vocabulary")
     for name, results in zip(args.eval, baseline_perplexities_of_sets(vocab, train, sets)):
         for result in results:
             print(f"{name}  {result.name:<11} forward {result.forward:9.2f}  backward {result.backward:9.2f}  "

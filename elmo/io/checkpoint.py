@@ -38,13 +38,12 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def foreign_checkpoint_names(run_dir: str | Path) -> list[Path]:
-    """Entries of a run folder with the name a checkpoint gets (``step-`` and 8 digits) that are not one: not ours,
-    and saving that step would replace them."""
+    """Entries of a run folder with the name a checkpoint gets (``step-`` and 8 or more digits) that are not one:
+    not ours, and saving that step would replace them."""
     run = Path(run_dir)
     if not run.is_dir():
         return []
     return sorted(p for p in run.iterdir() if checkpoint_step(p) is not None and not is_checkpoint(p))
-
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

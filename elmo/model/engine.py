@@ -79,6 +79,15 @@ class FrozenLayer:
         return run_layer(x, batch_sizes, state, self.products, self.bias, self.cell_clip, self.proj_clip, buffer)
 
 
+def _word_list(words: object) -> list[str]:
+    """``cache_words`` as a list, refused in one line when it is no list of words (a string would cache letters)."""
+    listed = None if isinstance(words, (str, bytes)) or not hasattr(words, "__iter__") else list(words)
+    if listed is None or not all(isinstance(w, str) for w in listed):
+        raise InputTypeError(f"cache_words must be a list of words (strings), e.g. ['the', 'bank']; got "
+                             f"{'one string' if listed is None else 'a list holding other things'}")
+    return listed
+
+
 class InferenceEngine:
     """Character ids (B, T, W) -> ``BiLMOutput``, without autograd, from frozen copies of a biLM's weights."""
 
@@ -93,14 +102,7 @@ class InferenceEngine:
         self.precision = precision
         self.device = torch.device(device) if device is not None else bilm.char_encoder.projection.weight.device
         self.stateful = bilm.stateful if stateful is None else stateful
-        if cache_words is not None:
-            words = None if isinstance(cache_words, (str, bytes)) or not hasattr(cache_words, "__iter__") \
-                else list(cache_words)
-            if words is None or not all(isinstance(w, str) for w in words):
-                raise InputTypeError(f"cache_words must be a list of words (strings), e.g. ['the', 'bank']; got "
-                                     f"{'one string' if words is None else 'a list holding other things'}")
-            cache_words = words
-        self.cache_words = list(cache_words) if cache_words is not None else bilm.cache_words
+        self.cache_words = bilm.cache_words if cache_words is None else _word_list(cache_words)
         self.memo_words = memo_words
         self.carrier = StateCarrier()
         self.rebuild()

@@ -35,6 +35,17 @@ def check_layers(layers: Layers, n_layers: int, names: Sequence[str] = LAYER_NAM
     return layers
 
 
+def initial_mix(n_layers: int, weights: Sequence[float] | None, gamma: float, who: str) -> torch.Tensor:
+    """The (L+1,) pre-softmax weights of a mix as given (zeros: equal weights), checked: one per layer, and they
+    and ``gamma`` finite numbers (NaN would make every output NaN)."""
+    mix = torch.zeros(n_layers) if weights is None else torch.tensor(list(weights), dtype=torch.float)
+    if mix.shape != (n_layers,):
+        raise UsageError(f"{who}: {len(mix)} initial weights given for {n_layers} layers (one per layer)")
+    if not bool(torch.isfinite(mix).all()) or not math.isfinite(gamma):
+        raise UsageError(f"{who}: the weights and gamma must be finite numbers, got {mix.tolist()} and {gamma}")
+    return mix
+
+
 def scalar_weights(weights: torch.Tensor, gamma: torch.Tensor | float) -> torch.Tensor:
     """(L+1,) pre-softmax weights -> what each layer is multiplied by: ``gamma * softmax(w)``."""
     return gamma * torch.softmax(weights, dim=0)
@@ -64,12 +75,7 @@ class ScalarMix(nn.Module):
     def __init__(self, n_layers: int, do_layer_norm: bool = False, initial_weights: Sequence[float] | None = None,
                  initial_gamma: float = 1.0, trainable: bool = True, eps: float = 1e-13) -> None:
         super().__init__()
-        weights = torch.zeros(n_layers) if initial_weights is None else torch.tensor(list(initial_weights), dtype=torch.float)
-        if weights.shape != (n_layers,):
-            raise UsageError(f"ScalarMix: {len(weights)} initial weights given for {n_layers} layers")
-        if not bool(torch.isfinite(weights).all()) or not math.isfinite(initial_gamma):
-            raise UsageError(f"ScalarMix: the initial weights and gamma must be finite numbers, got "
-                             f"{weights.tolist()} and {initial_gamma}")
+        weights = initial_mix(n_layers, initial_weights, initial_gamma, "ScalarMix")
         self.weights = nn.Parameter(weights, requires_grad=trainable)  # (L+1,) pre-softmax
         self.gamma = nn.Parameter(torch.tensor([float(initial_gamma)]), requires_grad=trainable)
         self.do_layer_norm = do_layer_norm
