@@ -17,6 +17,8 @@ against autograd through ``lstm_step`` (``torch.autograd.gradcheck`` in float64)
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from elmo.model.cell import StepRecord, lstm_step
@@ -45,7 +47,7 @@ class LayerSequence(torch.autograd.Function):
         layers, total = projected.shape[:2]
         cells, proj = weight_proj.shape[2], weight_proj.shape[1]
         hh_t = weight_hh.transpose(1, 2).contiguous().unbind(0)  # D x (P, 4C)
-        proj_t = weight_proj.transpose(1, 2).contiguous()  # (D, C, P)
+        proj_t = weight_proj.transpose(1, 2).contiguous().unbind(0)  # D x (C, P)
         gates = projected.clone()  # (D, N, 4C) each step adds its recurrent product in place; then i, f, o after
         # sigmoid, g after tanh
         memory = projected.new_empty(layers, total, cells)  # c_t after its clip
@@ -103,40 +105,43 @@ class LayerSequence(torch.autograd.Function):
             grad_outputs = grad_outputs * proj_pass
         dz_all = torch.empty_like(gates)  # (D, N, 4C)
         dr_all = torch.empty_like(outputs)  # (D, N, P) after the projection clip's mask
+        # every step's views of the per-position buffers, made at once (one split each, not a slice per step)
+        step_views = zip(*(buffer.split(batch_sizes, dim=1) if buffer is not None else [None] * len(batch_sizes)
+                           for buffer in (grad_outputs, proj_pass, dr_all, into_o, into_cell, cell_pass, into_ifg, f,
+                                          dz_all)))
+        hh, projection = weight_hh.unbind(0), weight_proj.unbind(0)  # D x (4C, P), D x (P, C)
         dm = memory.new_empty(layers, batch, cells)  # (D, B, C) one step's gradient of m
-        for t in range(len(batch_sizes) - 1, -1, -1):
-            n = batch_sizes[t]
-            rows = slice(starts[t], starts[t] + n)
+        for n, (grad_out, passed, dr, o_factor, cell_factor, cell_passed, ifg_factor, forget, dz) in zip(
+                reversed(batch_sizes), reversed(list(step_views))):
             dh_n, dc_n = (dh, dc) if n == batch else (dh[:, :n], dc[:, :n])
-            if proj_pass is None:
-                dr = torch.add(grad_outputs[:, rows], dh_n, out=dr_all[:, rows])  # (D, n, P)
+            if passed is None:
+                torch.add(grad_out, dh_n, out=dr)  # (D, n, P)
             else:
-                dr = torch.addcmul(grad_outputs[:, rows], dh_n, proj_pass[:, rows], out=dr_all[:, rows])
-            dm_n = _each(torch.mm, dr, weight_proj, dm[:, :n])  # (D, n, C)
-            dz = dz_all[:, rows]  # (D, n, 4C)
-            torch.mul(dm_n, into_o[:, rows], out=dz[..., 3 * cells :])
-            dcell = torch.addcmul(dc_n, dm_n, into_cell[:, rows])  # (D, n, C)
-            if cell_pass is not None:
-                dcell.mul_(cell_pass[:, rows])
-            torch.mul(dcell.unsqueeze(2), into_ifg[:, rows], out=dz[..., : 3 * cells].view(layers, n, 3, cells))
-            dh_new = _each(torch.mm, dz, weight_hh, h0.new_empty(layers, n, h0.shape[2]))  # (D, n, P)
+                torch.addcmul(grad_out, dh_n, passed, out=dr)
+            dm_n = _each(torch.mm, dr, projection, dm if n == batch else dm[:, :n])  # (D, n, C)
+            torch.mul(dm_n, o_factor, out=dz[..., 3 * cells :])  # (D, n, 4C): dz_o
+            dcell = torch.addcmul(dc_n, dm_n, cell_factor)  # (D, n, C)
+            if cell_passed is not None:
+                dcell.mul_(cell_passed)
+            torch.mul(dcell.unsqueeze(2), ifg_factor, out=dz[..., : 3 * cells].view(layers, n, 3, cells))
+            dh_new = _each(torch.mm, dz, hh, h0.new_empty(layers, n, h0.shape[2]))  # (D, n, P)
             if n == batch:
-                dc, dh = dcell.mul_(f[:, rows]), dh_new
+                dc, dh = dcell.mul_(forget), dh_new
             else:
-                dc[:, :n], dh[:, :n] = dcell.mul_(f[:, rows]), dh_new
+                dc[:, :n], dh[:, :n] = dcell.mul_(forget), dh_new
         grad_hh = (torch.bmm(dz_all.transpose(1, 2), _previous(h0, outputs, batch_sizes, starts))  # (D, 4C, P)
                    if ctx.needs_input_grad[3] else None)
         grad_proj = torch.bmm(dr_all.transpose(1, 2), hidden) if ctx.needs_input_grad[4] else None  # (D, P, C)
         return dz_all, dh, dc, grad_hh, grad_proj, None, None, None
 
 
-def _each(product, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``product(a[d], b[d], out=out[d])`` for every layer d: (D, n, k) x (D, k, m) -> ``out`` (D, n, m).
+def _each(product, a: torch.Tensor, b: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+    """``product(a[d], b[d], out=out[d])`` for every layer d: (D, n, k) x D matrices (k, m) -> ``out`` (D, n, m).
 
     One matrix product per layer rather than one batched product: at these sizes ``torch.bmm`` is slower than D
     separate products on the CPU."""
-    for d in range(a.shape[0]):
-        product(a[d], b[d], out=out[d])
+    for a_d, b_d, out_d in zip(a.unbind(0), b, out.unbind(0)):
+        product(a_d, b_d, out=out_d)
     return out
 
 
