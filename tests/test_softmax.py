@@ -2,16 +2,26 @@
 
 import math
 
+import numpy as np
 import torch
 
 from elmo.training.row_gradients import RowGradients
-from elmo.training.softmax import LMSoftmax, LogUniformSampler
+from elmo.training.softmax import LMSoftmax, LogUniformSampler, _first_draws
 
 
 def test_log_uniform_probabilities_sum_to_one_and_favour_low_ids():
     sampler = LogUniformSampler(1000)
     p = sampler.probability(torch.arange(1000))
     assert abs(float(p.sum()) - 1.0) < 1e-9 and bool((p[:-1] > p[1:]).all())
+
+
+def test_first_draws_are_each_distinct_ids_first_position_in_order():
+    """The sampler's first-occurrence table against NumPy's ``unique(return_index=True)``, repeats included."""
+    rng = np.random.default_rng(0)
+    for size, vocab in ((1, 3), (50, 7), (4_096, 50_003), (12_288, 1_000)):
+        draws = rng.integers(0, vocab, size)
+        expected = np.sort(np.unique(draws, return_index=True)[1])
+        assert np.array_equal(_first_draws(draws, vocab), expected)
 
 
 def test_sample_is_unique_and_tries_count_the_draws():
