@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from elmo.errors import ElmoError
-from elmo.limits import MAX_PARAMETERS, MODEL_LIMITS
+from elmo.limits import MAX_CONFIG_BYTES, MAX_PARAMETERS, MODEL_LIMITS
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 #: Training-time keys bilm-tf writes next to ``lstm`` and ``char_cnn``; inference ignores them silently.
@@ -31,6 +31,9 @@ TRAINING_KEYS = frozenset(
 TOKENIZER_KEY = "tokenizer"
 #: Keys of our own model files beside the shape, read by the loaders; ``from_options`` passes over them silently.
 MODEL_FILE_KEYS = frozenset({"format_version", TOKENIZER_KEY})
+LSTM_KEYS = ("dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections")
+CHAR_CNN_KEYS = ("embedding", "filters", "n_highway", "activation", "n_characters", "max_characters_per_token")
+MAX_CLIP = 1e38  # a cell or projection clip, within float32's range (bilm-tf: 3)
 
 
 class ConfigError(ElmoError, ValueError):
@@ -90,11 +93,13 @@ class ElmoConfig:
     # ---- options.json ---------------------------------------------------------------------------------------
     @classmethod
     def from_options(cls, options: dict[str, Any], source: str = "options.json", strict: bool = False,
-                     ) -> "ElmoConfig":
+                     complete: bool = False) -> "ElmoConfig":
         """Build from a parsed options.json; ``source`` names the file in error messages. Unknown keys are
         dropped with a warning (released files carry extra ones), or refused with ``strict`` (our own configs,
         where an unknown key is a typo that would silently build another model). The keys of our model files
-        (``MODEL_FILE_KEYS``: format_version, tokenizer) are not the shape's: passed over, read by the loaders."""
+        (``MODEL_FILE_KEYS``: format_version, tokenizer) are not the shape's: passed over, read by the loaders.
+        ``complete``: every key ``to_options`` writes must be there (our config.json, where a missing key is damage
+        that a default would turn into another model); otherwise bilm-tf's defaults fill the optional ones."""
         if not isinstance(options, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(options).__name__}")
         _unknown(options, {"lstm", "char_cnn", *TRAINING_KEYS, *(() if strict else MODEL_FILE_KEYS)}, source, "",
@@ -102,11 +107,9 @@ class ElmoConfig:
         lstm = _section(options, "lstm", source)
         cnn = _section(options, "char_cnn", source)
         embedding = _section(cnn, "embedding", source, prefix="char_cnn.")
-        _unknown(lstm, {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"},
-                 source, "lstm.", strict)
-        _unknown(cnn, {"embedding", "filters", "n_highway", "activation", "n_characters", "max_characters_per_token"},
-                 source, "char_cnn.", strict)
-        _unknown(embedding, {"dim"}, source, "char_cnn.embedding.", strict)
+        for section, keys, prefix in ((lstm, LSTM_KEYS, "lstm."), (cnn, CHAR_CNN_KEYS, "char_cnn."),
+                                      (embedding, ("dim",), "char_cnn.embedding.")):
+            _keys(section, keys, source, prefix, strict, complete)
 
         filters_raw = _get(cnn, "filters", list, source, "char_cnn.")
         filters = []
@@ -179,7 +182,7 @@ class ElmoConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "ElmoConfig":
         """Read an options.json (or our config.json, which holds the same object)."""
-        return cls.from_options(_read_options(Path(path)), source=str(path))
+        return cls.from_options(read_options(Path(path)), source=str(path))
 
     def replace(self, **changes: Any) -> "ElmoConfig":
         return replace(self, **changes)
@@ -202,11 +205,19 @@ def tokenizer_name(options: dict[str, Any], source: str) -> str | None:
 
 def file_tokenizer(path: str | Path) -> str | None:
     """``tokenizer_name`` of an options.json or config.json file (None when it names none)."""
-    return tokenizer_name(_read_options(Path(path)), str(path))
+    return tokenizer_name(read_options(Path(path)), str(path))
 
 
-def _read_options(path: Path) -> Any:
+def read_options(path: Path) -> Any:
+    """The JSON value of an options.json or config.json, or one line saying why it cannot be read: not a regular
+    file (a pipe would block, a device never end), larger than any model's settings, not UTF-8 or not JSON."""
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise ConfigError(f"{path}: not a regular file ({'a folder' if path.is_dir() else 'a pipe or a device'}); "
+                          f"give the settings file itself")
     try:
+        if (size := path.stat().st_size) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {size:,} bytes, more than any model's settings ({MAX_CONFIG_BYTES:,} at "
+                              f"most); is this an options.json?")
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
@@ -243,7 +254,16 @@ PRESETS: dict[str, ElmoConfig] = {
 def _at_most(value: int, key: str, source: str) -> None:
     """A size from the file against its limit (``elmo.limits.MODEL_LIMITS``), before anything is allocated."""
     if value > (limit := MODEL_LIMITS[key]):
-        raise ConfigError(f"{source}: {key} is {value:,}, above the limit of {limit:,}; is the file damaged?")
+        raise ConfigError(f"{source}: {key} is {_shown(value)}, above the limit of {limit:,}; is the file damaged?")
+
+
+def _shown(value: object) -> str:
+    """A value from a file as a message shows it: a number of hundreds of digits by its start and length."""
+    number = isinstance(value, int) and not isinstance(value, bool)
+    text = f"{value:,}" if number else repr(value)
+    if len(text) <= 60:
+        return text
+    return f"{text[:24]}... ({len(str(abs(value)))} digits)" if number else f"{text[:24]}... ({len(text)} characters)"
 
 
 def _within_limits(config: ElmoConfig, source: str) -> ElmoConfig:
@@ -275,6 +295,13 @@ def _section(obj: dict, key: str, source: str, prefix: str = "") -> dict:
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {prefix}{key} must be an object, got {type(value).__name__}")
     return value
+
+
+def _keys(section: dict, keys: tuple[str, ...], source: str, prefix: str, strict: bool, complete: bool) -> None:
+    """A section's unknown keys (``_unknown``) and, when it must be ``complete``, a missing one: one line."""
+    _unknown(section, set(keys), source, prefix, strict)
+    if complete and (missing := [key for key in keys if key not in section]):
+        raise ConfigError(f"{source}: missing key {prefix}{missing[0]}; the file is damaged")
 
 
 def _unknown(obj: dict, known: set[str], source: str, prefix: str, strict: bool) -> None:
@@ -315,6 +342,7 @@ def _clip(obj: dict, key: str, source: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{source}: lstm.{key} must be a number or null, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{source}: lstm.{key} must be a finite number >= 0 (0 or null: no clip), got {value!r}")
+    if value < 0 or value > MAX_CLIP or not math.isfinite(value):  # compared first: a 400-digit int has no float
+        raise ConfigError(f"{source}: lstm.{key} must be a finite number from 0 to {MAX_CLIP:g} (0 or null: no clip), "
+                          f"got {_shown(value)}")
     return float(value) if value > 0 else None  # 0 means "no clip" in bilm-tf

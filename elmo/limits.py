@@ -23,6 +23,7 @@ MODEL_LIMITS: dict[str, int] = {
     "char_cnn.max_characters_per_token": 1_024,  # character slots per token
 }
 MAX_PARAMETERS = 2_000_000_000  # a whole biLM (8 GB in float32); the largest released one has 93.6 M
+MAX_CONFIG_BYTES = 1 << 20  # an options.json / config.json file (a model's takes under a kilobyte)
 
 # ---- input text (elmo embed) -------------------------------------------------------------------------------------
 MAX_TOKENS_PER_LINE = 100_000  # one sentence; a longer line is refused, naming it (split it into sentences)

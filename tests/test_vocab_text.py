@@ -100,7 +100,7 @@ def test_a_vocabulary_without_its_special_words_names_the_file_and_spots_counts(
 
 def test_a_vocabulary_given_as_a_model_is_called_a_vocabulary(tmp_path):
     """``<S>`` on the first line looked like markup: the file was called an HTML page."""
-    from elmo.io.official import describe_file
+    from elmo.io.file_kinds import describe_file
 
     (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
     (tmp_path / "page.html").write_text("<!DOCTYPE html><html><body>Not found</body></html>")

@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, tokenizer_name
+from elmo.config import TOKENIZER_KEY, ConfigError, ElmoConfig, read_options, tokenizer_name
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.atomic import atomic_path, check_free_space, output_folder, path_argument, write_errors
 from elmo.model.bilm import BiLM
@@ -73,11 +73,13 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
             raise ModelFileError(f"{root}: no {name}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
     options = _read_json(root / CONFIG_NAME)
     version = options.pop("format_version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # not `true`, which equals 1
         raise ModelFileError(f"{root / CONFIG_NAME}: format_version {version!r} is not supported "
                              f"(this elmo reads {FORMAT_VERSION})")
     tokenizer = _stored_tokenizer(options, root)
-    config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME))  # every size within elmo.limits
+    options.pop(TOKENIZER_KEY, None)
+    # strict and complete: save_model writes every key, so an unknown or missing one is damage, not a default
+    config = ElmoConfig.from_options(options, source=str(root / CONFIG_NAME), strict=True, complete=True)
     with torch.device("meta"):  # no memory, no random initialisation: the file's tensors become the parameters
         model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = tokenizer
@@ -149,29 +151,27 @@ def all_finite(tensor: torch.Tensor) -> bool:
 def load_state_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str,
                       assign: bool = False) -> None:
     """``load_state_dict(strict=True)`` with one-line errors that name the tensor and both shapes. ``assign``: the
-    tensors become the parameters, in the model's dtype (a model built on the meta device), instead of being copied
-    into them."""
+    tensors become the parameters (a model built on the meta device), instead of being copied into them; either way
+    in the model's dtypes."""
     expected = model.state_dict()
     _check_names_and_shapes(expected, {name: tuple(value.shape) for name, value in state.items()}, source)
     for name, value in state.items():
+        if expected[name].is_floating_point() and not value.is_floating_point():
+            raise ModelFileError(f"{source}: tensor {name!r} holds {str(value.dtype).removeprefix('torch.')} values "
+                                 f"where floating-point numbers are expected; the file is damaged or not a model")
+    # in the model's dtype first (float16 files: float32), so that float64 values beyond its range, which become
+    # infinite there, are caught by the check below
+    state = {name: value.to(expected[name].dtype) for name, value in state.items()}
+    for name, value in state.items():
         if value.is_floating_point() and not all_finite(value):
-            raise ModelFileError(f"{source}: tensor {name!r} holds NaN or infinite values")
-    if assign:
-        state = {name: value.to(expected[name].dtype) for name, value in state.items()}  # float16 files: float32
+            raise ModelFileError(f"{source}: tensor {name!r} holds NaN or infinite values, or values beyond "
+                                 f"{str(value.dtype).removeprefix('torch.')}'s range")
     model.load_state_dict(state, strict=True, assign=assign)
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to be a model config") from None
-    except ValueError as err:  # e.g. an integer longer than Python converts (4,300 digits)
-        raise ConfigError(f"{path}: not a readable model config ({err})") from None
+    """A JSON object file of our model folder (config.json, tokenizer.json), read as options files are."""
+    data = read_options(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return data

@@ -14,13 +14,17 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 import zipfile
+import zlib
 from itertools import islice
 from pathlib import Path
 
+from elmo.config import ConfigError, ElmoConfig
 from elmo.io.download import cache_dir, sha256_of
+from elmo.io.file_kinds import HDF5_KIND, describe_file
 from elmo.io.native import ModelFileError
-from elmo.io.official import HDF5_KIND, describe_file
+from elmo.io.official import WeightFileError, check_datasets, check_storage, dataset_shapes
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +79,7 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
             try:
                 for name, info in members.items():
                     _extract(archive, z, info, tmp / name)
-                if (tmp / WEIGHTS_NAME).is_file() and (kind := describe_file(tmp / WEIGHTS_NAME)) != HDF5_KIND:
-                    raise ModelFileError(f"{archive}: its {WEIGHTS_NAME} is not HDF5 weights but {kind}; the zip is "
-                                         f"damaged or not an NLPL model: download it again")  # nothing is kept
+                _check_unpacked(archive, tmp)  # a damaged model is refused naming the zip, and nothing is kept
                 if target.exists() and not is_nlpl_folder(target):
                     shutil.rmtree(target)  # left incomplete by hand (a file deleted): unpack afresh
                 try:
@@ -87,12 +89,32 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
                         raise
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    except zipfile.BadZipFile as err:
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # zlib: a damaged compressed member
         raise ModelFileError(f"{archive}: a damaged zip ({err}); download it again") from None
     except (NotImplementedError, RuntimeError) as err:  # an unsupported compression method, an encrypted member
         raise ModelFileError(f"{archive}: cannot unpack ({err}); unzip it yourself and give the folder") from None
     log.info("unpacked %s into %s", archive, target)
     return target
+
+
+def _check_unpacked(archive: Path, folder: Path) -> None:
+    """The unpacked options.json is a model's and model.hdf5 holds its datasets (names, shapes and types, from the
+    headers), or one line naming the zip and the member."""
+    weights = folder / WEIGHTS_NAME
+    if (kind := describe_file(weights)) != HDF5_KIND:
+        raise ModelFileError(f"{archive}: its {WEIGHTS_NAME} is not HDF5 weights but {kind}; the zip is damaged or "
+                             f"not an NLPL model: download it again")
+    try:
+        with warnings.catch_warnings():  # unknown keys are reported when the model is loaded, not here too
+            warnings.simplefilter("ignore")
+            config = ElmoConfig.from_file(folder / OPTIONS_NAME)
+        check_datasets(weights, config, dataset_shapes(weights))
+        check_storage(weights)
+    except (ConfigError, WeightFileError) as err:
+        message = str(err)
+        for name in (OPTIONS_NAME, WEIGHTS_NAME):
+            message = message.replace(str(folder / name), f"{archive} ({name} inside it)")
+        raise ModelFileError(f"{message}; the zip is damaged or not an NLPL model") from None
 
 
 def _members(archive: Path, z: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -19,6 +19,7 @@ import torch
 from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.atomic import atomic_path, check_free_space, output_folder, path_argument, write_errors
+from elmo.io.file_kinds import ADVICE, HDF5_KIND, JSON_KIND, describe_file, hdf5_entries, holds_weights
 from elmo.model.bilm import BiLM
 
 
@@ -145,17 +146,18 @@ def name_table(config: ElmoConfig) -> list[Entry]:
     return rows
 
 
-def _identity_fallbacks(config: ElmoConfig) -> dict[str, np.ndarray]:
-    """bilm-tf omits CNN_proj when F == P and W_P_0 when P == C; an absent one then means identity."""
-    fallbacks: dict[str, np.ndarray] = {}
+def _identity_fallbacks(config: ElmoConfig) -> dict[str, Callable[[], np.ndarray]]:
+    """bilm-tf omits CNN_proj when F == P and W_P_0 when P == C; an absent one then means identity. Each array is
+    made only where it is used (an identity of P = 8,192 takes 256 MB; checking a file needs only the names)."""
+    fallbacks: dict[str, Callable[[], np.ndarray]] = {}
     n_filters, proj, cell = config.char_cnn.n_filters, config.lstm.projection_dim, config.lstm.dim
     if n_filters == proj:
-        fallbacks["CNN_proj/W_proj"] = np.eye(proj, dtype=np.float32)
-        fallbacks["CNN_proj/b_proj"] = np.zeros(proj, np.float32)
+        fallbacks["CNN_proj/W_proj"] = lambda: np.eye(proj, dtype=np.float32)
+        fallbacks["CNN_proj/b_proj"] = lambda: np.zeros(proj, np.float32)
     if cell == proj:
         for d in range(2):
             for l in range(config.lstm.n_layers):
-                fallbacks[f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_P_0"] = np.eye(proj, dtype=np.float32)
+                fallbacks[f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_P_0"] = lambda: np.eye(proj, dtype=np.float32)
     return fallbacks
 
 
@@ -173,10 +175,13 @@ def read_official_state(weight_file: str | Path, config: ElmoConfig,
     fallbacks = _identity_fallbacks(config)
     state: dict[str, torch.Tensor] = {}
     for entry in name_table(config):
-        array = arrays[entry.dataset] if entry.dataset in arrays else fallbacks[entry.dataset]
+        array = arrays[entry.dataset] if entry.dataset in arrays else fallbacks[entry.dataset]()
+        with np.errstate(over="ignore"):  # float64 values beyond float32's range become inf, refused below
+            array = array.astype(np.float32, copy=False)
         if not np.isfinite(array).all():
-            raise WeightFileError(f"{path}: dataset {entry.dataset!r} holds NaN or infinite values")
-        for name, value in zip(entry.params, entry.to_ours(array.astype(np.float32, copy=False))):
+            raise WeightFileError(f"{path}: dataset {entry.dataset!r} holds NaN or infinite values, or values beyond "
+                                  f"float32's range")
+        for name, value in zip(entry.params, entry.to_ours(array)):
             state[name] = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
     return state
 
@@ -187,28 +192,51 @@ def _read_hdf5(path: Path, config: ElmoConfig | None = None) -> dict[str, np.nda
     declare a sparse dataset of terabytes)."""
     if config is not None:
         check_datasets(path, config, dataset_shapes(path))
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with h5py.File(path, "r") as f:
-            def visit(name: str, obj: object) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    arrays[name] = obj[()]
-            f.visititems(visit)
-    except (OSError, KeyError, RuntimeError, ValueError) as err:
-        raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
-    return arrays
+    check_storage(path)
+    return _visit_datasets(path, lambda dataset: dataset[()])
 
 
 def dataset_shapes(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """(shape, dtype) of every dataset of an hdf5 file, read from its headers (no data is read)."""
     if not path.exists():
         raise WeightFileError(f"{path}: no such weight file")
-    found: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    return _visit_datasets(path, lambda dataset: (tuple(dataset.shape or ()), dataset.dtype))
+
+
+def check_storage(path: Path) -> None:
+    """Every dataset's values are stored in the file itself, all of them written (from the headers). HDF5 answers a
+    read of values never written, or of a virtual dataset whose source file is missing, with fill values (zeros):
+    weights that would load without an error."""
+    problems = {name: problem for name, problem in _visit_datasets(path, _storage_problem).items() if problem}
+    if problems:
+        name, problem = next(iter(problems.items()))
+        raise WeightFileError(f"{path}: dataset {name!r} {problem}; the file is damaged or not a bilm-tf weight file")
+
+
+def _storage_problem(dataset: h5py.Dataset) -> str | None:
+    if dataset.is_virtual:
+        return "is virtual (its values live in other files)"
+    if dataset.external:
+        return "keeps its values in external files"
+    if dataset.size == 0:
+        return None
+    layout = dataset.id.get_create_plist().get_layout()
+    if layout == h5py.h5d.CHUNKED:
+        chunks = int(np.prod([-(-n // c) for n, c in zip(dataset.shape, dataset.chunks)]))
+        return None if dataset.id.get_num_chunks() == chunks else "has values that were never written"
+    if layout == h5py.h5d.CONTIGUOUS and dataset.id.get_storage_size() < dataset.size * dataset.dtype.itemsize:
+        return "has values that were never written"
+    return None
+
+
+def _visit_datasets(path: Path, look: Callable[[h5py.Dataset], object]) -> dict[str, Any]:
+    """``look(dataset)`` of every dataset of an hdf5 file, by its full path without the leading '/'."""
+    found: dict[str, Any] = {}
     try:
         with h5py.File(path, "r") as f:
             def visit(name: str, obj: object) -> None:
                 if isinstance(obj, h5py.Dataset):
-                    found[name] = (tuple(obj.shape or ()), obj.dtype)
+                    found[name] = look(obj)
             f.visititems(visit)
     except (OSError, KeyError, RuntimeError, ValueError) as err:
         raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
@@ -247,79 +275,6 @@ def _hdf5_problem(err: Exception) -> str:
     return f"{inner[-1] if inner else text.splitlines()[0] if text else type(err).__name__}; the file may be damaged"
 
 
-# ---- what a file is (for one-line refusals of the wrong file) -------------------------------------------------------
-
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-ZIP_MAGIC = b"PK\x03\x04"
-HDF5_KIND = "an HDF5 file"
-JSON_KIND = "JSON text"
-
-
-def describe_file(path: str | Path) -> str:
-    """What a file is, judged by its first bytes ("an HDF5 file", "a safetensors file", "a zip archive", ...), so
-    that a refusal can say what was given instead of a library's parse error."""
-    path = Path(path)
-    if path.is_dir():
-        return "a folder"
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError as err:
-        return f"unreadable ({err.strerror})"
-    if not head:
-        return "an empty file"
-    if head.startswith(HDF5_MAGIC):
-        return HDF5_KIND
-    if head.startswith(ZIP_MAGIC) or head.startswith(b"PK\x05\x06"):
-        return "a zip archive"
-    if len(head) > 8 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= size:
-        return "a safetensors file"
-    if head.startswith(b"\x1f\x8b"):
-        return "a gzip file"
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text[:1] in (b"{", b"["):
-        return JSON_KIND
-    if text[:1] == b"<" and text[:9].lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body")):
-        return "an HTML/XML page (an error page saved in place of the download?)"
-    if text[:4] == b"<S>\n":
-        return "a vocabulary (one word per line)"
-    if h5py.is_hdf5(str(path)):  # HDF5 behind a user block
-        return HDF5_KIND
-    return f"a file of another kind (it begins with {head[:8]!r})"
-
-
-_ADVICE = {
-    "a safetensors file": "; our model.safetensors is loaded through its folder: give the folder as the model "
-                          "(model=FOLDER, --model FOLDER)",
-    "a zip archive": "; an NLPL model .zip is given as the model itself (model=FILE.zip, --model FILE.zip)",
-    JSON_KIND: "; the weights are the .hdf5 file",
-}
-
-
-def hdf5_entries(path: str | Path) -> list[str] | None:
-    """The top-level names of an HDF5 file (read without loading any data); None when h5py cannot open it."""
-    try:
-        with h5py.File(path, "r") as f:
-            return list(f.keys())
-    except (OSError, KeyError, RuntimeError, ValueError):
-        return None
-
-
-def holds_weights(entries: list[str]) -> bool:
-    """True for the top-level names of a bilm-tf weight file (char_embed, CNN, CNN_high_0, CNN_proj, RNN_0 ...)."""
-    return any(name == "char_embed" or name.startswith(("CNN", "RNN_")) for name in entries)
-
-
-def is_weight_file(path: str | Path) -> bool | None:
-    """True for an HDF5 file holding bilm-tf weights, False for any other file, None for an HDF5 file h5py cannot
-    open (truncated or damaged: loading it names the problem)."""
-    if describe_file(path) != HDF5_KIND:
-        return False
-    entries = hdf5_entries(path)
-    return None if entries is None else holds_weights(entries)
-
-
 def check_official_pair(options_file: str | Path, weight_file: str | Path) -> None:
     """Refuse, in one line, the wrong file in either place before anything is parsed: a folder, the two files
     swapped, a weight file that is not HDF5 (saying what it is), or an HDF5 file without weights."""
@@ -328,6 +283,9 @@ def check_official_pair(options_file: str | Path, weight_file: str | Path) -> No
         if path.is_dir():
             raise UsageError(f"{path}: is a folder, where the {role} file ({expected}) is expected; give the file "
                              f"inside it, or the folder itself as the model (model=FOLDER, --model FOLDER)")
+        if path.exists() and not path.is_file():  # reading a pipe would block, a device never end
+            raise UsageError(f"{path}: a pipe or a device, where the {role} file ({expected}) is expected; save it "
+                             f"to a file and give that")
     if not weights.exists():
         raise WeightFileError(f"{weights}: no such weight file")
     options_kind, weights_kind = describe_file(options), describe_file(weights)
@@ -335,7 +293,7 @@ def check_official_pair(options_file: str | Path, weight_file: str | Path) -> No
         raise UsageError(f"options and weights look swapped: the options {options} is an HDF5 file and the weights "
                          f"{weights} is JSON; pass the .json as options and the .hdf5 as weights")
     if weights_kind != HDF5_KIND:
-        raise WeightFileError(f"{weights}: not an HDF5 weight file but {weights_kind}{_ADVICE.get(weights_kind, '')}")
+        raise WeightFileError(f"{weights}: not an HDF5 weight file but {weights_kind}{ADVICE.get(weights_kind, '')}")
     if options_kind == HDF5_KIND:
         raise UsageError(f"{options}: an HDF5 file, where the options file (options.json) is expected")
     entries = hdf5_entries(weights)

@@ -5,6 +5,7 @@ official options + weights pair into a :class:`ModelFiles`. Every loader and ent
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from elmo import pretrained
@@ -13,8 +14,9 @@ from elmo.io import nlpl
 from elmo.io.atomic import path_argument
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.model_files import ModelFiles
+from elmo.io.file_kinds import describe_file, is_weight_file
 from elmo.io.native import ModelFileError, is_model_dir
-from elmo.io.official import WeightFileError, describe_file, is_weight_file
+from elmo.io.official import WeightFileError
 
 LOOKED_FOR = ("config.json + model.safetensors (our format), checkpoint folders (a training run), options.json or "
               "*options*.json + a weights .hdf5 (bilm-tf, AllenNLP), options.json + model.hdf5 (NLPL)")
@@ -47,6 +49,9 @@ def resolve_path(model: str | Path) -> ModelFiles:
     are several .hdf5 files); an NLPL folder or .zip (its vocab.txt, if any, seeds the token cache)."""
     root = Path(model)
     if not root.exists():
+        if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", str(model)):  # Path() would fold the "//" of the message
+            raise UsageError(f"{model}: a URL; models are not downloaded from addresses: download the file and give "
+                             f"its path, or give a model name (`elmo info --help` lists them)")
         if _looks_like_name(str(model)):
             raise UsageError(pretrained.unknown_name_message(str(model), no_such_path=True))
         raise ModelFileError(f"{root}: no such file or folder")

@@ -183,7 +183,8 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
                              f"folder")
     bilm = load_files(files)
     vocab = Vocabulary.load(files.vocab)
-    softmax = LMSoftmax(len(vocab), bilm.config.lstm.projection_dim)
+    with torch.device("meta"):  # no memory until the file's tensors, checked against the vocabulary, are assigned
+        softmax = LMSoftmax(len(vocab), bilm.config.lstm.projection_dim)
     try:
         state = load_file(str(files.softmax))
     except (SafetensorError, OSError) as err:
@@ -193,7 +194,7 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
         raise ModelFileError(f"{files.vocab} holds {len(vocab):,} words but {files.softmax} has "
                              f"{', '.join(f'{r:,}' for r in sorted(rows))} rows: one of them is damaged or comes "
                              f"from another model")
-    load_state_strict(softmax, state, str(files.softmax))
+    load_state_strict(softmax, state, str(files.softmax), assign=True)
     return bilm, softmax.eval(), vocab
 
 
