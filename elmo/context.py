@@ -200,15 +200,20 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
         same = bool(np.ptp(vectors, axis=0).max() < 1e-5)  # the token layer ignores context
         for (x, y), o in zip(points, found):
             axis.scatter(x, y, color=colours[o.label], s=36)
-            axis.annotate(o.label, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
-        axis.set_title(f"{title or word}: {names[layer]}" + (" (one vector for all)" if same else ""))
+            # parse_math=False: a label, word or title is the user's text, drawn as it is ("$5", "$\\foo$")
+            axis.annotate(o.label, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points", parse_math=False)
+        axis.set_title(f"{title or word}: {names[layer]}" + (" (one vector for all)" if same else ""), parse_math=False)
         axis.set_xticks([])
         axis.set_yticks([])
     figure.tight_layout()
     out = Path(out)
-    with atomic_path(out) as tmp:
-        figure.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
-    plt.close(figure)
+    try:
+        with atomic_path(out) as tmp:
+            figure.savefig(tmp, dpi=110, format=out.suffix.lstrip(".") or "png")
+    except (RuntimeError, ValueError) as err:  # a format that needs a program or library this machine lacks
+        raise UsageError(f"{out}: matplotlib cannot write this format here ({err}); use .png, .svg or .pdf") from None
+    finally:
+        plt.close(figure)
     return out
 
 

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from elmo.batching import Layers, length_batches, run_batch
 from elmo.devices import check_device
-from elmo.embed_file import NonFiniteVectorsError, embed_file
+from elmo.embed_file import NonFiniteVectorsError, check_errors, check_open_input, embed_file
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.io.resolve import model_reference
@@ -66,11 +66,18 @@ class Embedder:
                  mix_weights: Sequence[float] | None = None, gamma: float = 1.0,
                  cache_words: Sequence[str] | None = None, precision: str = "fp32",
                  allow_non_finite: bool = False) -> None:
+        if not isinstance(bilm, BiLM):
+            raise InputTypeError(f"Embedder takes a BiLM, got {type(bilm).__name__}; to load a model by name or path "
+                                 f"use Embedder.from_pretrained(...)")
         if bilm.stateful:
             raise UsageError("Embedder sorts sentences into batches; give it a deterministic (stateful=False) biLM")
+        if device is None:
+            raise UsageError("device None: give a device name (cpu, cuda, cuda:1, mps)")
         check_device(device)
-        if max_tokens < 1 or max_batch_size < 1:
-            raise UsageError(f"max_tokens and max_batch_size must be >= 1, got {max_tokens} and {max_batch_size}")
+        if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
+                   for n in (max_tokens, max_batch_size)):
+            raise UsageError(f"max_tokens and max_batch_size must be whole numbers >= 1, got {max_tokens!r} and "
+                             f"{max_batch_size!r}")
         if tokenizer is None:  # the model's own: raw text split as its training text was
             tokenizer = getattr(bilm, "tokenizer_name", None) or "whitespace"
         if isinstance(tokenizer, str):  # a name, as on the command line: "en", "ko", "whitespace" ...
@@ -225,6 +232,8 @@ class Embedder:
         records the model, its weights' sha256, the layers and the tokenizer as attributes (``embed_file``).
         ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD instead of stopping at them."""
         if hasattr(input_file, "read"):  # the file is read twice (count, then embed): copy an open one first
+            check_errors(errors)
+            check_open_input(input_file, output_file_path)  # the copy is another file: compare the user's
             with tempfile.TemporaryDirectory() as folder:
                 copy = Path(folder) / "input.txt"
                 mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
@@ -268,6 +277,9 @@ class Embedder:
     def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
                      pooling: str | None = None) -> list[np.ndarray]:
         """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence."""
+        layers = check_layers(layers, self.bilm.config.n_output_layers)
+        if pooling not in (None, "mean", "max"):
+            raise UsageError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
         return run_batch(self.engine, batch, layers, pooling, self.mix)
 
     def _token_lists(self, sentences: Text, split_into_words: bool | None) -> tuple[bool, list[list[str]]]:

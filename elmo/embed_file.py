@@ -16,6 +16,7 @@ when known), ``weights_sha256`` (``weights_sha256()``: a fingerprint of the weig
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -80,14 +81,37 @@ def read_lines(path: str | Path, errors: str = "strict",
         raise InputFileError(str(err)) from None
 
 
-def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, non_finite: str) -> None:
+def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, non_finite: str,
+                     errors: str) -> None:
     """``embed_file``'s arguments, each refused in one line before anything is read or written."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
     if non_finite not in ("error", "warn"):
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
+    check_errors(errors)
     _check_paths(path_argument(input_path, "embed_file: the input"),
                  path_argument(output_path, "embed_file: the output"))
+
+
+def check_errors(errors: object) -> None:
+    """``errors``: "strict" (stop at bytes that are not UTF-8) or "replace" (read them as U+FFFD); Python's other
+    handlers would drop bytes from tokens or escape them, changing the user's words without a word."""
+    if errors not in ("strict", "replace"):
+        raise UsageError(f"errors must be 'strict' or 'replace', got {errors!r}")
+
+
+def check_open_input(handle: object, output_path: str | Path) -> None:
+    """An open input file (``Embedder.embed_file`` copies it first) that is the output file, refused as a named one
+    is: by its name, or by its descriptor's device and inode."""
+    output = path_argument(output_path, "embed_file: the output")
+    name = getattr(handle, "name", None)
+    same = isinstance(name, (str, os.PathLike)) and same_file(name, output)
+    try:
+        same = same or (output.exists() and os.path.samestat(os.fstat(handle.fileno()), output.stat()))
+    except (AttributeError, OSError, ValueError):  # no descriptor (BytesIO, StringIO), or a closed file
+        pass
+    if same:
+        raise InputFileError(f"{output}: the output would overwrite the input; give another output file")
 
 
 def _not_utf8(path: str | Path, err: NotUtf8Error) -> InputFileError:
@@ -127,7 +151,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    _check_arguments(input_path, output_path, batch_size, non_finite)
+    _check_arguments(input_path, output_path, batch_size, non_finite, errors)
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)

@@ -23,6 +23,10 @@ MODEL_LIMITS: dict[str, int] = {
     "char_cnn.max_characters_per_token": 1_024,  # character slots per token
 }
 MAX_PARAMETERS = 2_000_000_000  # a whole biLM (8 GB in float32); the largest released one has 93.6 M
+# ---- readouts of the layers (ScalarMix, ComponentProjection, Elmo) ---------------------------------------------
+MAX_MIX_LAYERS = 1_024  # layers one scalar mix weighs (a biLM has 2 L + 1 components at most: 33)
+MAX_READOUT_DIM = 65_536  # a component's width or a projection's output width
+MAX_READOUTS = 1_024  # Elmo's num_output_representations (the paper uses one or two)
 MAX_CONFIG_BYTES = 1 << 20  # an options.json / config.json file (a model's takes under a kilobyte)
 
 # ---- input text (elmo embed) -------------------------------------------------------------------------------------

@@ -47,8 +47,8 @@ def cmd_similar(args: argparse.Namespace) -> None:
         print("\n".join(report))
 
 
-IMAGE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "gif", "eps", "ps", "svgz", "tif", "tiff", "webp", "avif", "pgf",
-                 "raw", "rgba")  # what matplotlib's Agg canvas writes
+IMAGE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "gif", "eps", "ps", "svgz", "tif", "tiff", "webp", "avif", "raw",
+                 "rgba")  # what matplotlib writes without other programs (its .pgf needs LaTeX)
 
 
 def cmd_plot(args: argparse.Namespace) -> None:

@@ -124,10 +124,10 @@ def _warn_if_mostly_unknown(share: float, where: str, vocabulary: str) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
+    split = [s.split() for s in args.sentences]  # an empty sentence is scored too: P(</S> | <S>)
     bilm, softmax, vocab = load_language_model(args.model)
-    split = [s.split() for s in args.sentences]
-    for text, (forward, backward) in zip(args.sentences, score(bilm, softmax, vocab, split)):
-        print(f"{forward:10.3f} {backward:10.3f}  {text}")
+    for tokens, (forward, backward) in zip(split, score(bilm, softmax, vocab, split)):
+        print(f"{forward:10.3f} {backward:10.3f}  {' '.join(tokens)}")  # the tokens scored: one line each
 
 
 def cmd_substitutes(args: argparse.Namespace) -> None:
@@ -154,6 +154,9 @@ def cmd_dump_token_embeddings(args: argparse.Namespace) -> None:
 
 
 def cmd_baselines(args: argparse.Namespace) -> None:
+    if STDIO in args.train and STDIO in args.eval:
+        raise CommandLineError("- (standard input) given as training and as held-out text: standard input is one "
+                               "stream; save one of them to a file")
     tokenizer = get_tokenizer(args.tokenize)
     read = lambda files: list(sentences(SentenceSource(expand_files(args.stdio.inputs(files)), tokenizer,
                                                        shuffle=False, loop=False)))

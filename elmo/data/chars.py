@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from elmo.errors import InputTypeError, UsageError
+from elmo.limits import MODEL_LIMITS
 
 # Raw ids (rows 0..260 of the official `char_embed` table). Bytes take 0..255.
 BOS_CHAR = 256  # begin of sentence
@@ -68,6 +69,10 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     if isinstance(sentences, (str, bytes)) or not hasattr(sentences, "__iter__"):
         raise InputTypeError(f"batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not "
                              f"{'a string' if isinstance(sentences, str) else type(sentences).__name__}")
+    widest = MODEL_LIMITS["char_cnn.max_characters_per_token"]
+    if isinstance(width, bool) or not isinstance(width, int) or not 3 <= width <= widest:
+        raise UsageError(f"batch_to_ids: width is the model's characters per token, a whole number from 3 (the "
+                         f"word's two marks and one byte) to {widest:,}, got {width!r}")
     sentences = sentences if hasattr(sentences, "__len__") else list(sentences)  # a generator will do
     bad = next((row for row, s in enumerate(sentences) if s is None or not hasattr(s, "__len__")), None)
     if bad is not None:

@@ -62,6 +62,12 @@ def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
             raise CorpusError(f"{pattern}: matches only folders; give a pattern of files, e.g. "
                               f"'{Path(pattern) / '*.txt'}' (quoted)")
         files += found
+    seen: dict[tuple[int, int], Path] = {}
+    for path in files:  # a file named twice (also as a link, ./x or by a glob) would count twice
+        info = path.stat()
+        if (twin := seen.setdefault((info.st_dev, info.st_ino), path)) is not path:
+            same = "" if str(twin) == str(path) else f" (the same file as {twin})"
+            raise CorpusError(f"{path}: named twice{same}: its text would count twice; name it once")
     return files
 
 
@@ -149,8 +155,13 @@ class SentenceSource:
             path = self.file_order(self.epoch)[self.file_index]
             for raw in handle:
                 self.line += 1
+                text = raw.removesuffix("\n").removesuffix("\r")
+                if "\r" in text:  # old Mac line ends: whitespace splitting would merge the sentences
+                    raise CorpusError(f"{path}, line {self.line}: a carriage return (\\r) inside the line (old Mac "
+                                      f"line ends?); elmo reads one sentence per \\n: convert them first, e.g. "
+                                      f"tr '\\r' '\\n' < IN > OUT")
                 try:
-                    tokens = self.tokenizer(raw.rstrip("\n"))
+                    tokens = self.tokenizer(text)
                 except Exception as err:  # a tokenizer plug-in failing on one line should say where
                     raise CorpusError(f"{path}, line {self.line}: tokenizer failed ({err})") from None
                 if tokens:

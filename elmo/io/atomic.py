@@ -138,6 +138,9 @@ def writable_file(target: str | Path) -> Path:
     """The path an atomic write of ``target`` replaces: ``target`` itself, or the file a symbolic link points to.
     Raises ``NotAFileError`` when that exists and is not a regular file."""
     target = Path(target)
+    if target.is_symlink() and target.exists() and not target.is_file():  # e.g. /dev/stdout: its pipe has no path
+        kind = "a folder" if target.is_dir() else "a device, a pipe or a socket, not a regular file"
+        raise NotAFileError(f"{target}: leads to {kind}; writing would replace it: give the path of a file")
     if target.is_symlink():
         try:
             target = target.resolve(strict=False)

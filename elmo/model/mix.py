@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from elmo.errors import UsageError
+from elmo.limits import MAX_MIX_LAYERS, MAX_READOUT_DIM, MODEL_LIMITS
 
 Layers = Union[str, int]
 LAYER_NAMES = ("all", "top", "average", "mix")
@@ -38,7 +39,15 @@ def check_layers(layers: Layers, n_layers: int, names: Sequence[str] = LAYER_NAM
 def initial_mix(n_layers: int, weights: Sequence[float] | None, gamma: float, who: str) -> torch.Tensor:
     """The (L+1,) pre-softmax weights of a mix as given (zeros: equal weights), checked: one per layer, and they
     and ``gamma`` finite numbers (NaN would make every output NaN)."""
-    mix = torch.zeros(n_layers) if weights is None else torch.tensor(list(weights), dtype=torch.float)
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_MIX_LAYERS:
+        raise UsageError(f"{who}: the number of layers must be a whole number from 1 to {MAX_MIX_LAYERS}, "
+                         f"got {n_layers!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
+        raise UsageError(f"{who}: gamma must be a number, got {gamma!r}")
+    try:
+        mix = torch.zeros(n_layers) if weights is None else torch.tensor(list(weights), dtype=torch.float)
+    except (TypeError, ValueError, RuntimeError):
+        raise UsageError(f"{who}: the initial weights must be numbers, one per layer, got {weights!r}") from None
     if mix.shape != (n_layers,):
         raise UsageError(f"{who}: {len(mix)} initial weights given for {n_layers} layers (one per layer)")
     if not bool(torch.isfinite(mix).all()) or not math.isfinite(gamma):
@@ -109,8 +118,12 @@ class ComponentProjection(nn.Module):
 
     def __init__(self, component_dim: int, n_lstm_layers: int, projection_dim: int = 512) -> None:
         super().__init__()
-        if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or projection_dim < 1:
-            raise UsageError(f"ComponentProjection: projection_dim must be 1 or more, got {projection_dim!r}")
+        for name, value, most in (("component_dim", component_dim, MAX_READOUT_DIM),
+                                  ("n_lstm_layers", n_lstm_layers, MODEL_LIMITS["lstm.n_layers"]),
+                                  ("projection_dim", projection_dim, MAX_READOUT_DIM)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise UsageError(f"ComponentProjection: {name} must be a whole number from 1 to {most:,}, "
+                                 f"got {value!r}")
         self.n_components = 1 + 2 * n_lstm_layers
         self.projection = nn.Linear(self.n_components * component_dim, projection_dim, bias=False)
 

@@ -38,8 +38,8 @@ def elmo_process(*args: str, patch: str = "", **kwargs) -> subprocess.Popen:
     """``elmo ARGS`` as another process (``patch``: Python run first, in that process), its stderr piped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     code = patch + "\nimport sys\nfrom elmo.cli import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, **kwargs)
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], **{"stdout": subprocess.DEVNULL, **kwargs},
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
 def waiting_for(go_file: Path, module: str, name: str) -> str:
