@@ -29,7 +29,9 @@ def read_words(path: str | Path) -> list[str]:
     error naming the line."""
     path = Path(path)
     if path.is_dir():
-        raise VocabError(f"{path}: is a folder; give the vocabulary file (e.g. {path / 'vocab.txt'})")
+        example = "" if path.name == "vocab.txt" else f" (e.g. {path / 'vocab.txt'})"
+        raise VocabError(f"{path}: is a folder, where a vocabulary file (one word per line) is expected; give the "
+                         f"file{example}")
     words, seen = [], {}
     try:
         for number, line in numbered_lines(path):

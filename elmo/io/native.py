@@ -135,7 +135,8 @@ def _check_names_and_shapes(expected: dict[str, torch.Tensor], found: dict[str, 
         raise ModelFileError(f"{source}: tensor {missing[0]!r} is missing ({len(missing)} missing in all)")
     unexpected = [k for k in found if k not in expected]
     if unexpected:
-        raise ModelFileError(f"{source}: unexpected tensor {unexpected[0]!r}; does config.json belong to it?")
+        raise ModelFileError(f"{source}: unexpected tensor {unexpected[0]!r}, not one of this model's; the file is "
+                             f"damaged or belongs to another model")
     for name, shape in found.items():
         if tuple(shape) != tuple(expected[name].shape):
             raise ModelFileError(f"{source}: tensor {name!r} has shape {tuple(shape)} where the config implies "

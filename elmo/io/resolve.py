@@ -14,7 +14,7 @@ from elmo.io import nlpl
 from elmo.io.atomic import path_argument
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.model_files import ModelFiles
-from elmo.io.file_kinds import describe_file, is_weight_file
+from elmo.io.file_kinds import HDF5_KIND, describe_file, is_weight_file
 from elmo.io.native import ModelFileError, is_model_dir
 from elmo.io.official import WeightFileError
 
@@ -118,7 +118,9 @@ def official_pair(folder: Path) -> tuple[Path, Path] | None:
     if not options and not weights:
         return None
     if not weights:
-        others = f" ({', '.join(p.name for p in hdf5)}: no bilm-tf weights in them)" if hdf5 else ""
+        kinds = [f"{p.name}: {'no bilm-tf weights in it' if (kind := describe_file(p)) == HDF5_KIND else kind}"
+                 for p in hdf5]  # an empty or damaged file says so
+        others = f" ({'; '.join(kinds)})" if hdf5 else ""
         raise WeightFileError(f"{folder}: {options[0].name} but no weight file beside it{others}; add the weights "
                               f".hdf5 (the one with char_embed, CNN and RNN_0 datasets)")
     if not options:
