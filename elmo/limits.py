@@ -36,6 +36,7 @@ MAX_LINE_BYTES = 64 * 1024 * 1024  # one line's bytes, read before it is split: 
 # ---- command-line numbers ----------------------------------------------------------------------------------------
 MAX_BATCH_SIZE = 65_536  # sentences per batch (elmo embed), rows per process (elmo train)
 MAX_COUNT = 10**12  # steps, sentences, neighbours and other counts
+MAX_LABELS = 100_000  # a task's labels (tags or classes)
 MAX_HEAD_HIDDEN = 8_192  # a task head's BiLSTM size (`elmo task train --hidden`; the default is 128)
 MAX_MINUTES = 10**7  # about 19 years
 

@@ -109,8 +109,8 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
         raise DownloadError(f"{url}: this release has no pinned sha256 for it; download it yourself and pass "
                             f"the local files (--options/--weights, or a folder holding options.json and the .hdf5 as "
                             f"--model or --init-from), or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
-    (folder / name).unlink(missing_ok=True)  # a file without a record was never trusted: download afresh
-    path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False)
+    # a file without a record was never trusted: download afresh (it is replaced only by a complete download)
+    path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False, fresh=True)
     with atomic_path(record) as tmp:
         tmp.write_text(sha256_of(path) + "\n", encoding="utf-8")
     return path

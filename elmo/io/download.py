@@ -39,28 +39,32 @@ def sha256_of(path: str | Path) -> str:
 
 
 def fetch(url: str, sha256: str | None, name: str | None = None, directory: str | Path | None = None,
-          progress: bool = True, timeout: float = 30.0, verify: bool = True) -> Path:
-    """The verified local copy of ``url``: from the cache if present and intact, otherwise downloaded now.
+          progress: bool = True, timeout: float = 30.0, verify: bool = True, fresh: bool = False) -> Path:
+    """The verified local copy of ``url``: from the cache if present and intact, otherwise downloaded now. A file
+    already there is replaced only by a complete download (never deleted first: a failed download keeps it).
 
-    ``verify=False`` (no pinned hash; the caller records the hash itself) is only for trust-on-first-use.
+    ``verify=False`` (no pinned hash; the caller records the hash itself) is only for trust-on-first-use;
+    ``fresh``: download even when a file is there (one that was never verified).
     """
     if verify and (not sha256 or len(sha256) != 64):
         raise DownloadError(f"{url}: no sha256 pinned, refusing to use an unverified download")
     target = Path(directory or cache_dir()) / (name or url.rstrip("/").rsplit("/", 1)[-1])
-    if target.is_file():
-        if not verify or sha256_of(target) == sha256:
-            return target
-        target.unlink()  # damaged or replaced: fetch again
+    if target.is_file() and not fresh and (not verify or sha256_of(target) == sha256):
+        return target
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_path(target) as tmp:
             total = int(response.headers.get("Content-Length") or 0) or None
-            digest = hashlib.sha256()
+            digest, received = hashlib.sha256(), 0
             with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, disable=not progress,
                                               desc=target.name) as bar:
                 for block in iter(lambda: response.read(1 << 20), b""):
                     out.write(block)
                     digest.update(block)
+                    received += len(block)
                     bar.update(len(block))
+            if total is not None and received != total:  # the connection closed early
+                raise DownloadError(f"{url}: received {received:,} of {total:,} bytes; the file was not kept: try "
+                                    f"again")
             if verify and digest.hexdigest() != sha256:
                 raise DownloadError(f"{url}: sha256 {digest.hexdigest()} does not match the pinned {sha256}; "
                                     f"the file was not kept")

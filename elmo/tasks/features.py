@@ -85,7 +85,13 @@ def build_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], pat
         for indices in embedder.batches(token_lists):
             arrays = embedder.embed_tokens([token_lists[i] for i in indices])  # each (L+1, n, D)
             for i, array in zip(indices, arrays):
-                vectors[offsets[i] : offsets[i + 1]] = array.transpose(1, 0, 2).astype(np.float16)
+                with np.errstate(over="ignore"):  # beyond float16's range: infinite, refused just below
+                    half = array.transpose(1, 0, 2).astype(np.float16)  # (n, L+1, D)
+                if not np.isfinite(half).all():
+                    raise UsageError(f"sentence {i + 1}: the biLM's vectors reach {float(np.abs(array).max()):.3g}, "
+                                     f"beyond the float16 the task features are kept in (65,504 at most); this "
+                                     f"biLM's outputs are far larger than any trained ELMo's: check the model")
+                vectors[offsets[i] : offsets[i + 1]] = half
             bar.update(len(indices))
         bar.close()
     return FeatureCache(path)
@@ -95,6 +101,10 @@ def cached_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], ca
                     progress: bool = True) -> FeatureCache:
     """The cache for these sentences under this model: reused when it exists, built otherwise."""
     path = Path(cache_dir) / f"features-{cache_key(model_id(embedder), token_lists)}.h5"
-    if path.is_file():
-        return FeatureCache(path)
-    return build_features(embedder, token_lists, path, progress)
+    if not path.is_file():
+        return build_features(embedder, token_lists, path, progress)
+    cache = FeatureCache(path)
+    if len(cache) != len(token_lists) or (cache.lengths() != [len(t) for t in token_lists]).any():
+        raise UsageError(f"{path}: a feature cache of other sentences ({len(cache):,}, the data has "
+                         f"{len(token_lists):,}, or of other lengths); delete it and run again to rebuild it")
+    return cache

@@ -15,18 +15,20 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import sha256_of
-from elmo.limits import MAX_HEAD_HIDDEN
+from elmo.io.native import load_state_strict
+from elmo.limits import MAX_HEAD_HIDDEN, MAX_LABELS, MAX_MIX_LAYERS, MAX_READOUT_DIM
 from elmo.tasks.features import FeatureCache
 from elmo.tasks.heads import SequenceTagger, TextClassifier
 
 TASKS = ("ner", "pos", "classify")
+LABELS_KEY = "labels"  # head.safetensors' metadata: the labels of its output rows, in order
 
 
 def check_head_settings(epochs: int, batch_size: int, hidden_dim: int, learning_rate: float) -> None:
@@ -69,6 +71,12 @@ class TaskConfig:
         check_head_settings(self.epochs, self.batch_size, self.hidden_dim, self.learning_rate)
         if not (isinstance(self.labels, list) and self.labels and all(isinstance(x, str) and x for x in self.labels)):
             raise UsageError(f"labels must be a list of label names, got {str(self.labels)[:60]}")
+        if len(set(self.labels)) != len(self.labels) or len(self.labels) > MAX_LABELS:
+            raise UsageError(f"labels must be distinct names, at most {MAX_LABELS:,}, got {len(self.labels):,} "
+                             f"({len(set(self.labels)):,} distinct)")
+        for name, value, most in (("n_layers", self.n_layers, MAX_MIX_LAYERS), ("dim", self.dim, MAX_READOUT_DIM)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise UsageError(f"{name} must be a whole number from 1 to {most:,}, got {value!r}")
         if not 0 <= self.dropout < 1:  # also NaN
             raise UsageError(f"dropout must be from 0 to below 1, got {self.dropout}")
 
@@ -178,7 +186,20 @@ def check_output_folder(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a directory; give a folder for the task model")
+    if ((out / "task.json").exists() or (out / "head.safetensors").exists()) and not _earlier_task_model(out):
+        raise UsageError(f"{out}: holds a task.json or head.safetensors that `elmo task train` did not write; "
+                         f"give a new or empty folder (they would be replaced)")
     return out
+
+
+def _earlier_task_model(folder: Path) -> bool:
+    """True for a folder holding a task model saved by ``save_task`` (which it may replace)."""
+    try:
+        record = json.loads((folder / "task.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(record, dict) and {"task", "labels", "head_sha256"} <= record.keys()
+            and (folder / "head.safetensors").is_file())
 
 
 def prepare_output(out_dir: str | Path) -> Path:
@@ -191,8 +212,9 @@ def prepare_output(out_dir: str | Path) -> Path:
 def save_task(out_dir: str | Path, head: torch.nn.Module, config: TaskConfig) -> Path:
     """head.safetensors, then task.json (written last, carrying the head's hash, so a crash in between is seen)."""
     out = prepare_output(out_dir)
-    with atomic_path(out / "head.safetensors") as tmp:
-        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp))
+    with atomic_path(out / "head.safetensors") as tmp:  # the labels of its output rows ride along, in order
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp),
+                  metadata={LABELS_KEY: json.dumps(config.labels, ensure_ascii=False)})
     record = asdict(config) | {"head_sha256": sha256_of(out / "head.safetensors")}
     with atomic_path(out / "task.json") as tmp:
         tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -210,8 +232,13 @@ def load_task(path: str | Path) -> tuple[torch.nn.Module, TaskConfig]:
         if expected is not None and expected != sha256_of(root / "head.safetensors"):
             raise UsageError("head.safetensors does not belong to this task.json (an interrupted save?)")
         config = TaskConfig(**record)
+        with safe_open(str(root / "head.safetensors"), framework="pt") as f:
+            labels = (f.metadata() or {}).get(LABELS_KEY)  # None: saved before heads carried their labels
+        if labels is not None and json.loads(labels) != config.labels:
+            raise UsageError(f"task.json's labels {config.labels[:4]} are not the head's {json.loads(labels)[:4]} "
+                             f"(in order): predictions would get other labels' names")
         head = build_head(config)
-        head.load_state_dict(load_file(str(root / "head.safetensors")), strict=True)
+        load_state_strict(head, load_file(str(root / "head.safetensors")), str(root / "head.safetensors"))
     except (ValueError, TypeError, RuntimeError, SafetensorError, AttributeError) as err:
         raise UsageError(f"{root}: not a valid task model ({err})") from None
     return head.eval(), config

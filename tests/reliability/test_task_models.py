@@ -1,0 +1,104 @@
+"""Task models and their feature caches against damage and mistakes: a head of NaN or with its labels reordered, a
+cache of other sentences, vectors float16 cannot hold, a user's files where a task model goes."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from elmo import Embedder
+from elmo.errors import ElmoError
+from elmo.io.download import sha256_of
+from elmo.io.native import save_model
+from elmo.tasks.commands import train_task
+from elmo.tasks.features import build_features, cached_features
+from elmo.tasks.train import TaskConfig, load_task
+from tests.conftest import random_bilm, small_config
+from tests.reliability.tiny import cli, tiny_model
+
+WORDS = ["good film", "bad film", "a good one", "a bad one", "fine good", "awful bad"]
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """A classify task trained for one epoch on a tiny model: (task folder, data file, model folder)."""
+    root = tmp_path_factory.mktemp("task")
+    model = tiny_model(root / "model")
+    data = root / "data.tsv"
+    data.write_text("id\ttext\tlabel\n" + "".join(f"{i}\t{WORDS[i % 6]}\t{'pos' if i % 2 == 0 else 'neg'}\n"
+                                                  for i in range(24)))
+    out = root / "task"
+    train_task("classify", data, data, out, model=str(model), epochs=1, hidden_dim=8, cache=root / "cache",
+               progress=False)
+    return out, data, model
+
+
+def _copy(task_folder, tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("task.json", "head.safetensors"):
+        (copy / name).write_bytes((task_folder / name).read_bytes())
+    return copy
+
+
+def test_a_head_with_nan_weights_is_refused_even_with_a_matching_hash(task, tmp_path):
+    copy = _copy(task[0], tmp_path)
+    state = load_file(str(copy / "head.safetensors"))
+    name = next(iter(state))
+    state[name] = torch.full_like(state[name], float("nan"))
+    save_file(state, str(copy / "head.safetensors"), metadata={"labels": json.dumps(["neg", "pos"])})
+    record = json.loads((copy / "task.json").read_text())
+    (copy / "task.json").write_text(json.dumps(record | {"head_sha256": sha256_of(copy / "head.safetensors")}))
+    with pytest.raises(ElmoError, match="NaN"):
+        load_task(copy)
+
+
+def test_labels_reordered_in_task_json_are_refused(task, tmp_path):
+    copy = _copy(task[0], tmp_path)
+    record = json.loads((copy / "task.json").read_text())
+    (copy / "task.json").write_text(json.dumps(record | {"labels": record["labels"][::-1]}))
+    with pytest.raises(ElmoError, match="labels"):
+        load_task(copy)
+
+
+def test_task_train_does_not_replace_a_users_task_json(task, tmp_path, capsys):
+    _, data, model = task
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "task.json").write_text('{"my": "notes"}')
+    rc, err = cli(capsys, "task", "train", "classify", "--train", data, "--dev", data, "--model", model,
+                  "--out", tmp_path / "notes", "--epochs", "1", "--hidden", "8", "--quiet")
+    assert rc != 0 and "did not write" in err
+    assert (tmp_path / "notes" / "task.json").read_text() == '{"my": "notes"}'
+
+
+def test_a_feature_cache_of_other_sentences_is_refused(task, tmp_path):
+    _, _, model = task
+    embedder = Embedder.from_pretrained(model)
+    sentences = [["good", "film"], ["bad", "one"]]
+    path = cached_features(embedder, sentences, tmp_path, progress=False).path
+    build_features(embedder, [["a", "b", "c"]], path, progress=False)  # another data set's cache under its name
+    with pytest.raises(ElmoError, match="other sentences"):
+        cached_features(embedder, sentences, tmp_path, progress=False)
+
+
+def test_vectors_beyond_float16_are_refused_not_cached_as_infinite(tmp_path):
+    bilm = random_bilm(small_config(cell_clip=None, proj_clip=None), scale=100.0)
+    embedder = Embedder(bilm)
+    assert max(abs(float(a.max())) for a in embedder.embed([["good", "film"]])) > 65_504  # the case is real
+    with pytest.raises(ElmoError, match="float16"):
+        build_features(embedder, [["good", "film"]], tmp_path / "f.h5", progress=False)
+    assert not (tmp_path / "f.h5").exists()
+
+
+@pytest.mark.parametrize("change, problem", [({"labels": ["neg", "neg"]}, "distinct"),
+                                             ({"dim": 300_000}, "dim must be"), ({"n_layers": 0}, "n_layers")])
+def test_task_json_sizes_and_labels_are_checked_before_a_head_is_built(change, problem):
+    with pytest.raises(ElmoError, match=problem):
+        TaskConfig(**{"task": "classify", "labels": ["neg", "pos"], "n_layers": 3, "dim": 8} | change)
+
+
+def test_save_model_round_trip_still_loads(tmp_path):
+    """The strict reading of config.json takes what save_model writes."""
+    path = save_model(random_bilm(small_config()), tmp_path / "m")
+    assert Embedder.from_pretrained(path).embed("a b").shape[-1] == 16
