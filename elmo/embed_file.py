@@ -163,10 +163,9 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
         chunk_size = chunk_size or max(batch_size * 16, 1024)
         _check_space(output_path, scan, bilm, layers, resume)
         # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
-        parts = PartStore(Path(str(output_path) + ".parts"),
-                          _run_fingerprint(engine, input_path, layers, batch_size, use_sentence_keys, errors, sha256)
-                          | {"tokenizer": tokenizer_name, "chunk_size": chunk_size,
-                             "precision": engine.precision}, resume)
+        fingerprint = _run_fingerprint(engine, input_path, scan, layers, batch_size, use_sentence_keys, errors, sha256)
+        parts = PartStore(Path(str(output_path) + ".parts"), fingerprint | {
+            "tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": engine.precision}, resume)
         try:
             index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, chunk_size, scan.lines,
                                               layers, batch_size, use_sentence_keys, progress, non_finite,
@@ -286,10 +285,12 @@ def _on_device(state, device: str | torch.device):
     return None if state is None else tuple(t.to(device) for t in state)
 
 
-def _run_fingerprint(engine: InferenceEngine, input_path: str | Path, layers: str, batch_size: int, use_sentence_keys: bool,
-                     errors: str, sha256: str) -> dict:
-    stat = Path(input_path).stat()
-    return {"input": str(Path(input_path).resolve()), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
+def _run_fingerprint(engine: InferenceEngine, input_path: str | Path, scan: TextScan, layers: str, batch_size: int,
+                     use_sentence_keys: bool, errors: str, sha256: str) -> dict:
+    """What a resumed run must share with the run that wrote the parts: the same text (its hash: lines swapped in a
+    file of the same size and time would put vectors under other lines' keys), model, layers and settings."""
+    return {"input": str(Path(input_path).resolve()), "input_size": Path(input_path).stat().st_size,
+            "input_sha256": scan.sha256,
             "layers": layers, "batch_size": batch_size, "stateful": engine.stateful, "sentence_keys": use_sentence_keys,
             "errors": errors, "model": engine.config.to_options(), "weights_sha256": sha256}
 

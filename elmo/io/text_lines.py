@@ -8,6 +8,7 @@ reader decodes kilobytes ahead and fails while the caller is still at an earlier
 from __future__ import annotations
 
 import gzip
+import hashlib
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -134,18 +135,21 @@ class TextScan:
     longest: int  # whitespace-separated tokens of the longest line
     longest_line: int  # its 1-based number (0 for an empty file)
     carriage_return_line: int = 0  # the first line with a "\r" inside it, not as part of its line end (0: none)
+    sha256: str = ""  # of the decoded text: a resumed run checks it is the same text, not just the same size
 
 
 def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> TextScan:
     """Decode every line once, before any work is done on the file: the first line that cannot be read raises its
     :class:`TextLineError` now (seconds), not after the lines before it were processed (hours)."""
     tokens = longest = longest_line = carriage_return_line = 0
+    digest = hashlib.sha256()
     with Utf8Lines(path, errors, max_line_bytes) as lines:
         for line in lines:
+            digest.update(line.encode("utf-8", "surrogatepass"))
             n = len(line.split())
             tokens += n
             if n > longest:
                 longest, longest_line = n, lines.number
             if not carriage_return_line and "\r" in line and "\r" in line.removesuffix("\n").removesuffix("\r"):
                 carriage_return_line = lines.number
-        return TextScan(lines.number, tokens, longest, longest_line, carriage_return_line)
+        return TextScan(lines.number, tokens, longest, longest_line, carriage_return_line, digest.hexdigest())

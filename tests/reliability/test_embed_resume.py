@@ -97,3 +97,22 @@ def test_sigkill_then_resume(tmp_path):
                batch_size=8, progress=False)
     whole, resumed = _read(tmp_path / "whole.hdf5"), _read(tmp_path / "out.hdf5")
     assert len(resumed) == 2501 and all(np.array_equal(whole[k], resumed[k]) for k in whole if k != "sentence_to_index")
+
+
+def test_a_resume_on_text_changed_in_place_is_refused_even_with_the_same_size_and_time(tmp_path, monkeypatch):
+    """Two lines swapped keep the file's size, and its time can be put back: the parts would file vectors under
+    the other line's key. The run's text is compared by its hash."""
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    interrupt_after_chunks(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt):
+        embed_file(load_official(OPTIONS, WEIGHTS), path, tmp_path / "out.hdf5", batch_size=4, progress=False,
+                   chunk_size=4)
+    monkeypatch.undo()
+    times = os.stat(path)
+    swapped = [LINES[1], LINES[0], *LINES[2:]]
+    path.write_text("\n".join(swapped) + "\n", encoding="utf-8")
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    with pytest.raises(WorkFolderError, match="input_sha256"):
+        embed_file(load_official(OPTIONS, WEIGHTS), path, tmp_path / "out.hdf5", batch_size=4, progress=False,
+                   resume=True, chunk_size=4)
