@@ -203,7 +203,14 @@ def test_convert_leaves_a_users_file_of_an_output_name_alone(tmp_path, capsys):
     """`convert --to ours DIR` replaced a user's DIR/config.json (not half of a model) without a word."""
     (tmp_path / "config.json").write_text('{"x": 1}')
     assert main(["convert", *MODEL, "--to", "ours", str(tmp_path)]) == 2
-    assert "config.json exists without model.safetensors" in capsys.readouterr().err
+    assert "holds config.json and is not an earlier output" in capsys.readouterr().err
     assert (tmp_path / "config.json").read_text() == '{"x": 1}' and len(list(tmp_path.iterdir())) == 1
     assert main(["convert", *MODEL, "--to", "ours", str(tmp_path / "m")]) == 0
     assert main(["convert", *MODEL, "--to", "ours", str(tmp_path / "m")]) == 0  # over its own earlier output
+    # an export or run folder (a softmax, a vocabulary, checkpoints beside the model) would become two models
+    (tmp_path / "export").mkdir()
+    for name in ("config.json", "model.safetensors", "softmax.safetensors", "vocab.txt"):
+        (tmp_path / "export" / name).write_text("x")
+    assert main(["convert", *MODEL, "--to", "ours", str(tmp_path / "export")]) == 2
+    assert "softmax.safetensors" in capsys.readouterr().err
+    assert (tmp_path / "export" / "config.json").read_text() == "x"

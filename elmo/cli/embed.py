@@ -14,6 +14,7 @@ from elmo.cli.common import STDIO, CommandLineError, add_model_args, batch_size,
 from elmo.data.vocab import read_words
 from elmo.embed import Embedder
 from elmo.embed_file import embed_file
+from elmo.io.atomic import FolderInUseError, check_replaceable_folder
 from elmo.io.native import save_model
 from elmo.io.official import export_official
 from elmo.io.resolve import model_reference
@@ -75,11 +76,10 @@ def cmd_convert(args: argparse.Namespace) -> None:
         raise CommandLineError(f"{args.output} holds the pair being converted: a second options.json + weight file "
                                f"beside it would leave the folder two models; give another folder")
     written = ("options.json", "weights.hdf5") if args.to == "official" else ("config.json", "model.safetensors")
-    present = [name for name in written if (Path(args.output) / name).exists()]
-    if present and len(present) < len(written):  # half of a pair: a file of the user's by that name, not a model
-        missing = next(name for name in written if name not in present)
-        raise CommandLineError(f"{Path(args.output) / present[0]} exists without {missing} beside it, so it is no "
-                               f"model this command wrote: move it away or give another folder")
+    try:  # new, empty, or an earlier conversion (replaced); an export or run folder would become two models
+        check_replaceable_folder(args.output, written)
+    except FolderInUseError as err:
+        raise CommandLineError(str(err)) from None
     model = load_model(args)
     if args.to == "official":
         options, weights = export_official(model, args.output)
