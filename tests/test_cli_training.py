@@ -278,7 +278,7 @@ def test_run_folders_official_pairs_and_wrong_kinds_of_path(text_slices, tmp_pat
     assert main(["perplexity", str(official), str(train)]) == 1
     assert "hold no softmax" in capsys.readouterr().err
     assert main(["baselines", str(run), "--train", str(train), "--eval", str(train)]) == 1
-    assert "is a folder; give the vocabulary file" in capsys.readouterr().err
+    assert "is a folder, where a vocabulary file" in capsys.readouterr().err
     (tmp_path / "file.json").write_text("{}", encoding="utf-8")
     assert main(["export", str(run), str(tmp_path / "file.json")]) == 1
     assert "give a folder" in capsys.readouterr().err

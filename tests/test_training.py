@@ -226,6 +226,13 @@ def test_a_new_run_refuses_a_model_folder_and_an_earlier_runs_log(text_slices, t
     with pytest.raises(ValueError, match=r"metrics.jsonl: the log of an earlier run"):
         Trainer(micro_train_config(max_steps=1), [train], run, vocab=vocab, progress=False)
     assert (run / "metrics.jsonl").read_bytes() == log and sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
+    # resuming a checkpoint of another folder into it: the log is not that run's either (it would be cut at its step)
+    first = Trainer(micro_train_config(max_steps=1, checkpoint_every=1), [train], tmp_path / "first", vocab=vocab,
+                    progress=False)
+    first.train()
+    with pytest.raises(ValueError, match=r"metrics.jsonl: the log of an earlier run"):
+        Trainer(micro_train_config(max_steps=2), [train], run, resume=tmp_path / "first", progress=False)
+    assert (run / "metrics.jsonl").read_bytes() == log
 
 
 def test_a_language_model_whose_vocabulary_and_softmax_disagree_says_so(text_slices, tmp_path):

@@ -83,8 +83,9 @@ def check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:
         if is_model_dir(out_dir):
             raise UsageError(f"{out_dir} holds a model (config.json and model.safetensors): named as a model, the "
                              f"folder would still mean that one, not the run's checkpoints: choose another --out")
-        if resume is None and (out_dir / "metrics.jsonl").exists():
-            raise UsageError(f"{out_dir / 'metrics.jsonl'}: the log of an earlier run; a new run would replace "
+        # with no checkpoint here, the log is not the resumed run's (that one lives beside its checkpoints)
+        if (out_dir / "metrics.jsonl").exists():
+            raise UsageError(f"{out_dir / 'metrics.jsonl'}: the log of an earlier run; this run would rewrite "
                              f"it: move it away, or choose another --out")
         return
     chosen = resolve_checkpoint(resume).resolve() if resume is not None else None
