@@ -501,3 +501,16 @@ def test_only_step_folders_are_checkpoints_and_they_sort_by_step(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "trainer.json").write_text("{}")
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000005", "step-99999999", "step-100000000"]
+
+
+def test_a_checkpoint_save_removes_the_hidden_folders_of_saves_killed_earlier(text_slices, tmp_path):
+    """A SIGKILL during a save leaves `.step-N.tmp` (the size of a checkpoint); the next save removes it, and only
+    folders of exactly that form."""
+    train, _, vocab_file = text_slices
+    run = tmp_path / "run"
+    for name in (".step-00000055.tmp", ".step-00000009.deleting", ".step-notes.tmp"):
+        (run / name).mkdir(parents=True)
+        (run / name / "x").write_text("x")
+    Trainer(micro_train_config(max_steps=1, checkpoint_every=1), [train], run, vocab=Vocabulary.load(vocab_file),
+            progress=False).train()
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".step")) == [".step-notes.tmp"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,9 @@ class Checkpoint:
     trainer: dict[str, Any]
 
 
+_LEFTOVER = re.compile(r"\." + re.escape(PREFIX) + r"[0-9]{8,}\.(tmp|deleting)")  # save_checkpoint's own folders
+
+
 def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary,
                     train_config: dict[str, Any], optimizer_state: dict[str, Any] | None,
                     tensors: dict[str, torch.Tensor], trainer: dict[str, Any], keep: int = 3) -> Path:
@@ -122,6 +126,9 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         shutil.rmtree(doomed, ignore_errors=True)        # without trainer.json, which a resume would refuse
         os.replace(old, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
+    for leftover in run.iterdir():  # a save or a pruning killed (SIGKILL) earlier left its hidden folder behind
+        if _LEFTOVER.fullmatch(leftover.name) and leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
     return final
 
 
