@@ -256,9 +256,9 @@ def test_small_training_command_mistakes(text_slices, tmp_path, capsys):
     assert main(["train", str(tmp_path / "missing-text.txt"), "--vocab", str(vocab), "--out",
                  str(tmp_path / "new" / "q" / "r"), "--config", _micro_toml(tmp_path / "micro.toml")]) == 1
     assert "missing-text.txt: no such file" in capsys.readouterr().err and not (tmp_path / "new").exists()
-    # a time limit that runs out before the first step says so
+    # a time limit that runs out before the first step says so, and fails: nothing the run was for was done
     assert main(["train", str(train), "--vocab", str(vocab), "--out", str(tmp_path / "t"), "--max-minutes", "1e-9",
-                 "--config", _micro_toml(tmp_path / "micro.toml"), "--quiet"]) == 0
+                 "--config", _micro_toml(tmp_path / "micro.toml"), "--quiet"]) == 1
     assert "nothing trained: the time limit" in capsys.readouterr().err
 
 

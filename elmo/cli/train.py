@@ -60,9 +60,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     elif trainer.env.main and trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
         print(f"nothing to train: the run is at step {trainer.step} and --max-steps is {trainer.config.max_steps}; "
               f"give a larger --max-steps (or --max-minutes alone) to go on", file=sys.stderr)
-    elif trainer.env.main:
-        print(f"nothing trained: the time limit (--max-minutes {trainer.config.max_minutes:g}) ran out before the "
-              f"first step; no checkpoint was written", file=sys.stderr)
+    elif trainer.env.main:  # not what was asked for: a script's `train && export` must stop here
+        raise UsageError(f"nothing trained: the time limit (--max-minutes {trainer.config.max_minutes:g}) ran out "
+                         f"before the first step; no checkpoint was written: give a longer --max-minutes")
 
 
 def _train_settings(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
