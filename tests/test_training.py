@@ -514,3 +514,15 @@ def test_a_checkpoint_save_removes_the_hidden_folders_of_saves_killed_earlier(te
     Trainer(micro_train_config(max_steps=1, checkpoint_every=1), [train], run, vocab=Vocabulary.load(vocab_file),
             progress=False).train()
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".step")) == [".step-notes.tmp"]
+
+
+def test_a_resume_on_training_text_that_changed_is_refused(text_slices, tmp_path):
+    """The checkpoint's data position points into the text as it was: other text of the same name is refused."""
+    train, _, vocab_file = text_slices
+    text = tmp_path / "a.txt"
+    text.write_bytes(train.read_bytes())
+    Trainer(micro_train_config(max_steps=1, checkpoint_every=1), [text], tmp_path / "run",
+            vocab=Vocabulary.load(vocab_file), progress=False).train()
+    text.write_text("".join(reversed(train.read_text().splitlines(keepends=True)[:100])))
+    with pytest.raises(ValueError, match=r"a.txt: [0-9,]+ bytes, [0-9,]+ when step-00000001 was saved"):
+        Trainer(micro_train_config(max_steps=2), [text], tmp_path / "run", resume=tmp_path / "run", progress=False)

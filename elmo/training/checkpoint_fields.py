@@ -43,6 +43,11 @@ def check_trainer_record(record: Any, path: Path) -> None:
     files = record.get("files", [])
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise _fail(path, "files", "must be a list of file names")
+    sizes = record.get("file_sizes", [0] * len(files))
+    if not isinstance(sizes, list) or len(sizes) != len(files):
+        raise _fail(path, "file_sizes", f"must be a list of {len(files)} sizes, one per file")
+    for index, size in enumerate(sizes):
+        _whole(size, path, f"file_sizes[{index}]")
     data = record.get("data")
     if not isinstance(data, list) or len(data) != world:
         raise _fail(path, "data", f"must be a list of {world} rank(s), got {type(data).__name__}"

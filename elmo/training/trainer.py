@@ -132,7 +132,7 @@ class Trainer:
         self.global_rows = config.batch_size * self.env.world  # the global batch
         self.rows = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)  # this rank's
         files = expand_files(files)
-        self.files = [str(f) for f in files]
+        self.files = [str(f) for f in files]  # as given: a run moved with its text resumes; sizes catch other text
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
                                      chunk_size=config.chunk_size), self.vocab, self.global_rows, config.unroll_steps,
@@ -170,6 +170,11 @@ class Trainer:
         if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in self.files]:  # ./a.txt = /x/a.txt
             raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
                              f"with the same training files (use --init-from to continue on new text)")
+        for name, size in zip(self.files, trainer.get("file_sizes", [])):  # absent in older checkpoints
+            if (now := os.path.getsize(name)) != size:
+                raise UsageError(f"{name}: {now:,} bytes, {size:,} when {checkpoint.path.name} was saved: its data "
+                                 f"position would point into other text; resume with the same text, or start a run "
+                                 f"from these weights with --init-from")
         try:
             self._load_states(checkpoint)
         except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
@@ -363,7 +368,7 @@ class Trainer:
             return None
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
-                   "files": self.files,
+                   "files": self.files, "file_sizes": [os.path.getsize(name) for name in self.files],
                    "data": [s["data"] for s in gathered]}
         try:
             return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
