@@ -89,6 +89,11 @@ def test_resume_takes_new_run_limits_and_refuses_settings_it_cannot_change(text_
         assert main([*common, "--resume", str(run), "--max-steps", "1000", *flags]) == 1
         err = capsys.readouterr().err
         assert "cannot change" in err and key in err and "--init-from" in err
+    # a --config file that changes them is refused the same way (the flags not given do not hide the file's values)
+    for changes, key in (({"batch_size": 3}, "batch_size"), ({"seed": 7}, "seed")):
+        other = _micro_toml(tmp_path / "other.toml", **changes)
+        assert main([*common, "--resume", str(run), "--max-steps", "1000", "--config", other]) == 1
+        assert key in capsys.readouterr().err
     # the same --config as the run's own is accepted
     assert main([*common, "--resume", str(run), "--max-steps", str(steps[-1] + 1), "--config",
                  str(tmp_path / "micro.toml")]) == 0

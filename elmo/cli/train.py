@@ -79,7 +79,9 @@ def _train_settings(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     config.check("command line")
     # a resumed run keeps its checkpoint's settings; those given now (a --config file counts as given) are
     # checked against it: run length and checkpointing may change, the rest must match
-    given = ({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {}) | flags
+    # (a flag not given, None, leaves the file's value: it must not hide a batch size or seed the file changes)
+    given = (({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {})
+             | {name: value for name, value in flags.items() if value is not None})
     return config, given
 
 
