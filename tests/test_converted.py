@@ -125,3 +125,30 @@ def test_cache_clear_keeps_a_key_named_folder_of_the_users_and_links(cache, tmp_
     assert "removed 1 converted model(s)" in capsys.readouterr().out
     assert (mine / "notes.txt").read_text() == "mine" and (elsewhere / "config.json").read_text() == "theirs"
     assert (cache / ("cd" * 32)).is_symlink()
+
+
+def test_a_copy_cleared_while_it_loads_is_converted_again(cache, tmp_path, monkeypatch):
+    """`elmo cache clear` in another process between finding the copy and reading it: the load converts again."""
+    import shutil
+
+    import elmo.io.load as load_module
+
+    options, weights = _pair(tmp_path / "pair")
+    first = load_bilm(options=options, weights=weights)
+    original = load_module.load_model
+    monkeypatch.setattr(load_module, "load_model",
+                        lambda folder, **k: shutil.rmtree(folder) or original(folder, **k))
+    again = load_bilm(options=options, weights=weights)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+
+
+def test_the_cache_folder_is_expanded_and_absolute(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from elmo.io.download import cache_dir
+
+    monkeypatch.setenv("ELMO_CACHE", "~/elmo-cache-test")
+    assert cache_dir() == Path.home() / "elmo-cache-test"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMO_CACHE", "relative")
+    assert cache_dir() == tmp_path / "relative"

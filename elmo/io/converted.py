@@ -94,6 +94,8 @@ def clear() -> tuple[int, int]:
 def discard(copy: Path) -> None:
     """Delete one converted copy that cannot be read (the next load converts the pair again); a folder holding
     anything but a copy's files is left as it is."""
+    if not copy.is_dir():  # already gone (`elmo cache clear` in another process): nothing to do
+        return
     if copy.parent == root() and is_key(copy.name) and not copy.is_symlink() and _holds_only_a_copy(copy) \
             and _is_complete(copy):
         shutil.rmtree(copy, ignore_errors=True)

@@ -27,7 +27,9 @@ class DownloadError(ElmoError, OSError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ELMO_CACHE") or Path.home() / ".cache" / "elmo")  # set but empty: the default too
+    """``$ELMO_CACHE`` (``~`` expanded, made absolute: the cache must not move with the working folder), or
+    ``~/.cache/elmo`` (also when the variable is set but empty)."""
+    return Path(os.environ.get("ELMO_CACHE") or Path.home() / ".cache" / "elmo").expanduser().absolute()
 
 
 def sha256_of(path: str | Path) -> str:

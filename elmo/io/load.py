@@ -36,8 +36,11 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
         try:
             bilm = load_model(copy, stateful=stateful)
         except (ModelFileError, ConfigError) as err:  # the copy is ours: replace it, the user's files are fine
-            logger.warning("the converted copy of %s is damaged (%s); converting the official files again",
-                           files.weights, err)
+            if copy.is_dir():
+                logger.warning("the converted copy of %s is damaged (%s); converting the official files again",
+                               files.weights, err)
+            else:  # cleared (`elmo cache clear`) while this process loaded it
+                logger.info("the converted copy of %s is gone; converting the official files again", files.weights)
             converted.discard(copy)
     if bilm is None:
         bilm = load_official(files.config, files.weights, stateful=stateful)
