@@ -26,6 +26,7 @@ from elmo.io.native import load_state_strict
 from elmo.limits import MAX_HEAD_HIDDEN, MAX_LABELS, MAX_MIX_LAYERS, MAX_READOUT_DIM
 from elmo.tasks.features import FeatureCache
 from elmo.tasks.heads import SequenceTagger, TextClassifier
+from elmo.tasks.readers.tagging import is_bio_tag
 
 TASKS = ("ner", "pos", "classify")
 LABELS_KEY = "labels"  # head.safetensors' metadata: the labels of its output rows, in order
@@ -71,6 +72,9 @@ class TaskConfig:
         check_head_settings(self.epochs, self.batch_size, self.hidden_dim, self.learning_rate)
         if not (isinstance(self.labels, list) and self.labels and all(isinstance(x, str) and x for x in self.labels)):
             raise UsageError(f"labels must be a list of label names, got {str(self.labels)[:60]}")
+        if self.task == "ner" and (tag := next((t for t in self.labels if not is_bio_tag(t)), None)) is not None:
+            raise UsageError(f"ner tags are O, B-TYPE or I-TYPE (BIO), got {tag!r}: is the data another task's "
+                             f"(POS tags), or in another --format?")
         if len(set(self.labels)) != len(self.labels) or len(self.labels) > MAX_LABELS:
             raise UsageError(f"labels must be distinct names, at most {MAX_LABELS:,}, got {len(self.labels):,} "
                              f"({len(set(self.labels)):,} distinct)")
@@ -144,6 +148,9 @@ def score(config: TaskConfig, predicted: Sequence, gold: Sequence) -> float:
         from seqeval.metrics import f1_score
 
         name = lambda seq: [config.labels[t] for t in seq]  # noqa: E731
+        if all(config.labels[t] == "O" for g in gold for t in g):
+            raise UsageError("the gold tags hold no entity (every tag is O): span F1 has nothing to score; give data "
+                             "with entities")
         return float(f1_score([name(g) for g in gold], [name(p) for p in predicted]))
     if config.task == "classify":
         return float(np.mean([p == g for p, g in zip(predicted, gold)]))

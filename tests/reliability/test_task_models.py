@@ -102,3 +102,26 @@ def test_save_model_round_trip_still_loads(tmp_path):
     """The strict reading of config.json takes what save_model writes."""
     path = save_model(random_bilm(small_config()), tmp_path / "m")
     assert Embedder.from_pretrained(path).embed("a b").shape[-1] == 16
+
+
+def test_ner_tags_that_are_not_bio_and_gold_without_entities_are_refused():
+    from elmo.tasks.train import score
+
+    with pytest.raises(ElmoError, match="BIO"):
+        TaskConfig(task="ner", labels=["O", "DET", "NOUN"], n_layers=3, dim=8)
+    config = TaskConfig(task="ner", labels=["O", "B-PER", "I-PER"], n_layers=3, dim=8)
+    with pytest.raises(ElmoError, match="no entity"):
+        score(config, [[0, 1]], [[0, 0]])
+    assert score(config, [[1, 2]], [[1, 2]]) == 1.0
+
+
+def test_a_conllu_file_without_its_word_forms_is_refused(tmp_path):
+    from elmo.tasks.readers.tagging import read_conllu
+
+    rows = ["1\t_\t_\tDET\tDT\t_\t2\tdet\t_\t_", "2\t_\t_\tNOUN\tNN\t_\t0\troot\t_\t_"]
+    (tmp_path / "hidden.conllu").write_text("\n".join(rows) + "\n\n")
+    with pytest.raises(ElmoError, match="every word form is '_'"):
+        read_conllu(tmp_path / "hidden.conllu")
+    rows[0] = rows[0].replace("1\t_\t_", "1\tThe\tthe")  # one "_" may be the underscore itself
+    (tmp_path / "one.conllu").write_text("\n".join(rows) + "\n\n")
+    assert read_conllu(tmp_path / "one.conllu")[0].tokens == ["The", "_"]

@@ -27,7 +27,7 @@ def iob1_to_bio(tags: list[str]) -> list[str]:
     bio: list[str] = []
     previous = "O"
     for tag in tags:
-        if not _is_bio_tag(tag):
+        if not is_bio_tag(tag):
             raise UsageError(f"not an IOB tag: {tag!r} (expected 'O', 'B-TYPE' or 'I-TYPE')")
         if tag.startswith("I-") and (previous == "O" or previous[2:] != tag[2:]):
             tag = "B-" + tag[2:]
@@ -36,7 +36,8 @@ def iob1_to_bio(tags: list[str]) -> list[str]:
     return bio
 
 
-def _is_bio_tag(tag: str) -> bool:
+def is_bio_tag(tag: str) -> bool:
+    """O, or B-TYPE / I-TYPE: a tag of the BIO scheme NER data and span F1 use."""
     return tag == "O" or (tag[:2] in ("B-", "I-") and len(tag) > 2)
 
 
@@ -58,7 +59,7 @@ def _read_column_file(path: str | Path, separator: str, columns: str) -> list[Ta
                 continue
             if not fields[0]:
                 raise DataFormatError(path, number, "an empty token", "give every line a token before its tag")
-            if not _is_bio_tag(fields[-1]):
+            if not is_bio_tag(fields[-1]):
                 raise DataFormatError(path, number, f"bad tag {fields[-1]!r}", "tags must be O, B-TYPE or I-TYPE")
             tokens.append(fields[0])
             tags.append(fields[-1])
@@ -121,6 +122,10 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
                                       f"{'conllu-xpos' if other == 'xpos' else 'conllu'}) or other data")
             tokens.append(fields[1])
             tags.append(fields[index])
+        if len(tokens) > 1 and all(token == "_" for token in tokens):  # one "_" may be the underscore itself
+            raise DataFormatError(path, number, "a sentence whose every word form is '_'",
+                                  "this treebank does not distribute its text: add the words first (its README says "
+                                  "how), or use other data")
         if tokens:
             sentences.append(TaggedSentence(tokens, tags))
     return sentences
