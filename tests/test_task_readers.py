@@ -327,7 +327,8 @@ WSD_KEYS = "d000.s000.t000 take_place%2:30:00::\nd000.s000.t001 bank%1:17:01:: b
 
 def test_wsd_xml_with_keys(tmp_path):
     xml = write(tmp_path / "toy.data.xml.gz", WSD_XML, gz=True)
-    sentences = read_wsd_xml(xml, write(tmp_path / "toy.gold.key.txt", WSD_KEYS))
+    with pytest.warns(UserWarning, match="1 of 3 instances .* have no gold key .* and 0 keys name no instance"):
+        sentences = read_wsd_xml(xml, write(tmp_path / "toy.gold.key.txt", WSD_KEYS))
     assert [s.sentence_id for s in sentences] == ["d000.s000", "d000.s001"]
     first = sentences[0]
     assert first.tokens == ["He", "took place", "at", "banks"]
@@ -337,6 +338,13 @@ def test_wsd_xml_with_keys(tmp_path):
                                (3, "d000.s000.t001", ["bank%1:17:01::", "bank%1:14:00::"])]
     assert sentences[1].instances == [(0, "d000.s001.t000", [])]          # no gold key: empty list
     assert read_wsd_xml(xml)[0].instances[0] == (1, "d000.s000.t000", [])  # no key file at all
+
+
+def test_wsd_instance_ids_used_twice_are_refused_naming_the_line(tmp_path):
+    """The same id twice would score its gold keys twice."""
+    twice = WSD_XML.replace('id="d000.s001.t000"', 'id="d000.s000.t001"')
+    with pytest.raises(DataFormatError, match=r":11: instance id 'd000.s000.t001' used twice"):
+        read_wsd_xml(write(tmp_path / "twice.data.xml", twice))
 
 
 def test_wsd_malformed_xml_names_file_and_line(tmp_path):

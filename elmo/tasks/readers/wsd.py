@@ -3,6 +3,7 @@ WordNet 3.0 ``index.sense``."""
 
 from __future__ import annotations
 
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,28 @@ def read_wsd_xml(xml_path: str | Path, keys_path: str | Path | None = None) -> l
         for event, element in _feed_xml(parser, line + "\n", xml_path, number):
             current = _wsd_event(event, element, current, sentences, keys, xml_path, number)
     _feed_xml(parser, None, xml_path, number)
+    _check_instances(sentences, keys, xml_path, keys_path)
     return sentences
+
+
+def _check_instances(sentences: list[WsdSentence], keys: dict[str, list[str]], xml_path: str | Path,
+                     keys_path: str | Path | None) -> None:
+    """An instance id used twice is refused (its gold keys would count twice); instances without a gold key and
+    keys of no instance are reported (a score leaves them out)."""
+    ids = [instance for sentence in sentences for _, instance, _ in sentence.instances]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        twice = next(i for i in ids if i in seen or seen.add(i))
+        line = [n for n, text in iter_lines(xml_path) if f'"{twice}"' in text][1:2] or [0]
+        raise DataFormatError(xml_path, line[0], f"instance id {twice!r} used twice",
+                              "every <instance> needs its own id (its gold keys are looked up by it)")
+    if keys_path is None:
+        return
+    unkeyed = sum(1 for sentence in sentences for _, _, gold in sentence.instances if not gold)
+    unused = len(set(keys) - set(ids))
+    if unkeyed or unused:
+        warnings.warn(f"{keys_path}: {unkeyed:,} of {len(ids):,} instances of {xml_path} have no gold key (they are "
+                      f"left out of scores) and {unused:,} keys name no instance: do the two files belong together?")
 
 
 def _feed_xml(parser: ET.XMLPullParser, data: str | None, path: str | Path,
