@@ -128,7 +128,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
                batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
                errors: str = "strict", progress: bool = True, device: str | torch.device = "cpu",
                resume: bool = False, chunk_size: int | None = None, tokenize: Tokenize = None,
-               model_name: str | None = None, non_finite: str = "error") -> int:
+               model_name: str | None = None, non_finite: str = "error", resumable: bool = True) -> int:
     """Embed every line of ``input_path`` into ``output_path``; returns the number of sentences written.
 
     Each line is split on whitespace unless ``tokenize`` asks for a tokenizer: None or "whitespace" (the default:
@@ -148,6 +148,8 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     With ``resume=True`` a killed run continues after its last complete part (same input and settings required);
     without it, leftover parts of elmo's are discarded. One run at a time writes an output (a lock beside it).
     NaN or infinite vectors are an error naming the lines (``non_finite="warn"``: a warning, and they are kept).
+    ``resumable=False``: the input cannot be read again (the command line's copy of standard input), so a run that
+    fails removes its parts instead of keeping them for a resume that could not use them.
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
@@ -171,7 +173,9 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
                                               layers, batch_size, use_sentence_keys, progress, non_finite,
                                               keep_index=not (forget_sentences or use_sentence_keys))
         except BaseException as err:  # an error, or an interrupt (which even --quiet is told how to continue)
-            if not parts.discard_if_empty():
+            if not resumable:
+                parts.discard()
+            elif not parts.discard_if_empty():
                 (logger.warning if isinstance(err, KeyboardInterrupt) else logger.info)(
                     "%s: the finished parts are kept; --resume continues from them", parts.root)
             raise

@@ -40,7 +40,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,
                    device=args.device, resume=args.resume, tokenize=args.tokenize,
                    model_name=model_reference(args.model, args.options, args.weights),
-                   non_finite="warn" if args.allow_non_finite else "error")
+                   non_finite="warn" if args.allow_non_finite else "error", resumable=args.input != STDIO)
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
 
 

@@ -152,6 +152,10 @@ class PartStore:
         self.folder.remove()
         return counted[0]
 
+    def discard(self) -> None:
+        """Remove the folder and every part in it (a run whose input cannot be read again)."""
+        self.folder.remove()
+
     def discard_if_empty(self) -> bool:
         """Remove the folder when no part was finished (a run that failed before its first part leaves nothing);
         True if it was removed."""

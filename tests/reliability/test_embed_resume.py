@@ -116,3 +116,20 @@ def test_a_resume_on_text_changed_in_place_is_refused_even_with_the_same_size_an
     with pytest.raises(WorkFolderError, match="input_sha256"):
         embed_file(load_official(OPTIONS, WEIGHTS), path, tmp_path / "out.hdf5", batch_size=4, progress=False,
                    resume=True, chunk_size=4)
+
+
+def test_an_interrupted_run_on_standard_input_keeps_no_parts(tmp_path, monkeypatch, capsys):
+    """Standard input cannot be read again, so parts kept for --resume could never be used: none are kept, and no
+    --resume hint is given."""
+    import io
+
+    from elmo.cli import main
+
+    text = "\n".join(LINES * 30) + "\n"  # 1,230 lines: two chunks of 1,024 at most
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+    interrupt_after_chunks(monkeypatch, 1)  # the first chunk's part is written, then Ctrl-C
+    rc = main(["embed", "-", str(tmp_path / "out.hdf5"), "--top", "--options", str(OPTIONS), "--weights",
+               str(WEIGHTS), "--batch-size", "2", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--resume" not in err
+    assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.parts").exists()
