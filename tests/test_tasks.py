@@ -152,6 +152,10 @@ def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
     assert main(["task", "train", "classify", "--format", "conllu", "--train", str(bad), "--dev", str(bad),
                  "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     assert "does not fit task" in capsys.readouterr().err
+    for value in ("top", " 1", "1.0", "\u0663"):  # a flag's form: a usage error, exit 2, before any data is read
+        assert main(["task", "train", "classify", "--train", str(bad), "--dev", str(bad), "--model", str(model_dir),
+                     "--out", str(tmp_path / "o"), "--input", value, "--quiet"]) == 2
+        assert "expected mix, token or a layer number" in capsys.readouterr().err
 
 
 @pytest.mark.slow

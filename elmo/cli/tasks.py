@@ -67,8 +67,8 @@ def _add_task_train(tsub) -> None:
     p.add_argument("--dev", required=True, help="labelled dev file: the best epoch on it is kept")
     p.add_argument("--model", help="the biLM: a name (en, ko, ...) or directory (default en; ko for --format kmou)")
     p.add_argument("--out", required=True, help="directory for the task model (task.json + head.safetensors)")
-    p.add_argument("--input", default="mix", help="mix (learned scalar mix, default), token (the "
-                                                  "context-independent baseline) or a layer number")
+    p.add_argument("--input", type=_layer_input, default="mix", help="mix (learned scalar mix, default), token "
+                                                                     "(the context-independent baseline) or a layer number")
     p.add_argument("--epochs", type=count, default=10)
     p.add_argument("--hidden", type=count, default=128, help="BiLSTM size of the head")
     p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate (default 0.001)")
@@ -78,6 +78,13 @@ def _add_task_train(tsub) -> None:
     p.set_defaults(func=cmd_task_train)
     _task_data_args(p)
     p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
+
+
+def _layer_input(value: str) -> str:
+    """--input's form (mix, token, or a layer number written in ASCII digits); the number's range is the model's."""
+    if value in ("mix", "token") or (value.isascii() and value.isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"expected mix, token or a layer number (0, 1, 2, ...), got {value!r}")
 
 
 def _task_data_args(p: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@ cached biLM features, and train, score or apply a task head."""
 
 from __future__ import annotations
 
+import unicodedata
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -74,6 +75,18 @@ def _label_set(gold: list) -> set[str]:
     return {t for g in gold for t in (g if isinstance(g, list) else [g])}
 
 
+def _warn_if_look_alike(labels: list[str]) -> None:
+    """Labels that differ only in spaces, case or Unicode normalisation ("pos" / "pos ", NFC / NFD "café") are kept
+    apart, as given, but said: they are usually one label written two ways."""
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        groups.setdefault(unicodedata.normalize("NFC", label).strip().casefold(), []).append(label)
+    alike = [group for group in groups.values() if len(group) > 1]
+    if alike:
+        warnings.warn(f"{len(alike)} group(s) of labels differ only in spaces, case or Unicode form, e.g. "
+                      f"{', '.join(map(ascii, alike[0]))}: each is a class of its own; fix the data if they are one")
+
+
 def _encode(labels: list[str], gold: list) -> list:
     index = {label: i for i, label in enumerate(labels)}
     if gold and isinstance(gold[0], list):
@@ -101,6 +114,7 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
         train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
         dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
         labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
+        _warn_if_look_alike(labels)
         config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
                             input=input_mode, model=reference(model), tokenize=tokenize,
                             data_format=fmt or DEFAULT_FORMAT[task], hidden_dim=hidden_dim,

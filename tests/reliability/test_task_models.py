@@ -125,3 +125,15 @@ def test_a_conllu_file_without_its_word_forms_is_refused(tmp_path):
     rows[0] = rows[0].replace("1\t_\t_", "1\tThe\tthe")  # one "_" may be the underscore itself
     (tmp_path / "one.conllu").write_text("\n".join(rows) + "\n\n")
     assert read_conllu(tmp_path / "one.conllu")[0].tokens == ["The", "_"]
+
+
+def test_labels_that_look_alike_are_kept_apart_with_a_warning():
+    from elmo.tasks.commands import _warn_if_look_alike
+
+    with pytest.warns(UserWarning, match="differ only in spaces, case or Unicode form"):
+        _warn_if_look_alike(["caf\u00e9", "cafe\u0301", "neg", "pos", "pos "])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_look_alike(["neg", "pos"])
