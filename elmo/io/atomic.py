@@ -87,6 +87,7 @@ def check_replaceable_folder(folder: str | Path, names: tuple[str, ...]) -> None
     """``atomic_folder``'s check, to run before the work: ``folder`` is absent, empty, or holds exactly ``names``
     (an earlier output of the same command, all regular files); otherwise ``FolderInUseError`` names what is there."""
     folder = Path(folder)
+    check_name_room(folder)
     if folder.is_symlink():
         try:
             folder.resolve(strict=True)
@@ -134,10 +135,28 @@ def atomic_folder(folder: str | Path, names: tuple[str, ...]) -> Iterator[Path]:
             raise
 
 
+WORK_NAME_EXTRA = 14  # ".NAME.XXXXXXXX.tmp": the longest name elmo gives a temporary or lock file beside NAME
+
+
+def check_name_room(path: str | Path) -> None:
+    """Refuse an output name too long for the temporary and lock files elmo writes beside it (the file system's
+    own error would name those files, not the user's)."""
+    path = Path(path)
+    try:
+        limit = os.pathconf(path.parent if path.parent.is_dir() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    if (size := len(os.fsencode(path.name))) + WORK_NAME_EXTRA > limit:
+        raise UsageError(f"{path}: a name of {size} bytes; elmo writes temporary and lock files beside it under "
+                         f"names {WORK_NAME_EXTRA} bytes longer, past this file system's limit of {limit}: give a "
+                         f"name of at most {limit - WORK_NAME_EXTRA} bytes")
+
+
 def writable_file(target: str | Path) -> Path:
     """The path an atomic write of ``target`` replaces: ``target`` itself, or the file a symbolic link points to.
     Raises ``NotAFileError`` when that exists and is not a regular file."""
     target = Path(target)
+    check_name_room(target)
     if target.is_symlink() and target.exists() and not target.is_file():  # e.g. /dev/stdout: its pipe has no path
         kind = "a folder" if target.is_dir() else "a device, a pipe or a socket, not a regular file"
         raise NotAFileError(f"{target}: leads to {kind}; writing would replace it: give the path of a file")

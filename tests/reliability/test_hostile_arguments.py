@@ -101,3 +101,13 @@ def test_dev_stdout_as_the_output_of_a_piped_command_is_refused_as_a_pipe(model,
     out, err = process.communicate(timeout=120)
     assert process.returncode != 0 and not out
     one_error_line(err, "/dev/stdout", "pipe")
+
+
+def test_an_output_name_too_long_for_elmos_work_files_is_refused_naming_it(model, tmp_path, capsys):
+    text = text_file(tmp_path / "in.txt", 2)
+    long_name = tmp_path / ("o" * 245 + ".hdf5")  # 250 bytes: fine alone, too long with ".lock" or ".tmp" beside it
+    rc, err = cli(capsys, "embed", text, long_name, "--top", "--model", model)
+    assert rc == 1 and f"{long_name}: a name of 250 bytes" in err and sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.txt"]
+    rc, err = cli(capsys, "export", model, tmp_path / ("e" * 250))
+    assert rc != 0 and "a name of 250 bytes" in err
