@@ -13,6 +13,7 @@ senses apart).
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -87,6 +88,16 @@ def static_token_vectors(vectors: dict[str, np.ndarray], tokens: Sequence[str]) 
     return np.stack([vectors.get(t, vectors.get(t.lower(), zero)) for t in tokens])  # (n, dim)
 
 
+def warn_static_coverage(vectors: dict[str, np.ndarray], tokens: Sequence[str], least: float = 0.5) -> float:
+    """The share of ``tokens`` the static vectors know (as written or lower-cased); under ``least``, a warning: the
+    others are zero vectors, and a baseline of zeros says nothing about the vectors."""
+    known = sum(1 for t in tokens if t in vectors or t.lower() in vectors) / max(len(tokens), 1)
+    if known < least:
+        warnings.warn(f"the static vectors know {known:.0%} of the probe's {len(tokens):,} tokens (the rest are zero "
+                      f"vectors): the word2vec row measures little; train them on text like the probe's")
+    return known
+
+
 # ---- POS probe --------------------------------------------------------------------------------------------------
 def _fit_linear(train_x: torch.Tensor, train_y: torch.Tensor, dev_x: torch.Tensor, dev_y: torch.Tensor,
                 n_classes: int, epochs: int, mix: bool, seed: int = 0) -> float:
@@ -133,6 +144,7 @@ def probe_pos(embedder: Embedder, train_path: str | Path, dev_path: str | Path, 
                for k in range(train_x.shape[1])}
     results["mix"] = _fit_linear(train_x, train_y, dev_x, dev_y, len(labels), epochs, True)
     if static is not None:
+        warn_static_coverage(static, [t for s in (*train, *dev) for t in s.tokens])
         to_matrix = lambda sentences: torch.from_numpy(np.concatenate(  # noqa: E731
             [static_token_vectors(static, s.tokens) for s in sentences]))
         results["word2vec"] = _fit_linear(to_matrix(train), train_y, to_matrix(dev), dev_y, len(labels), epochs,
@@ -175,6 +187,8 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
     if not any(keys for sentence in train for _, _, keys in sentence.instances):
         raise UsageError(f"{semcor_keys}: no instance of {semcor_xml} has a gold key, so no sense vector can be "
                          f"learned; give the training set (SemCor) and its keys")
+    if static is not None:
+        warn_static_coverage(static, [t for s in (*train, *test) for t in s.tokens])
     train_cache = cached_features(embedder, [s.tokens for s in train], cache_dir, progress)
     test_cache = cached_features(embedder, [s.tokens for s in test], cache_dir, progress)
     n_layers = train_cache.n_layers

@@ -137,3 +137,14 @@ def test_labels_that_look_alike_are_kept_apart_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_if_look_alike(["neg", "pos"])
+
+
+def test_static_vectors_that_know_few_of_the_probes_words_are_reported():
+    import numpy as np
+
+    from elmo.tasks.probes import warn_static_coverage
+
+    vectors = {"the": np.zeros(3, np.float32), "bank": np.ones(3, np.float32)}
+    with pytest.warns(UserWarning, match="know 25% of the probe's 4 tokens"):
+        assert warn_static_coverage(vectors, ["The", "river", "flows", "fast"]) == 0.25
+    assert warn_static_coverage(vectors, ["The", "bank"]) == 1.0
