@@ -11,8 +11,8 @@ from elmo.tasks.commands import evaluate_task, predict_task, train_task
 
 
 def cmd_task_train(args: argparse.Namespace) -> None:
-    model = args.model or ("ko" if args.format == "kmou" else "en")  # KMOU is Korean: the shipped ko model
-    config = train_task(args.task, args.train, args.dev, args.out, model=model, fmt=args.format,
+    # not given (None): the shipped model by its name (KMOU is Korean: ko), even beside a local folder of that name
+    config = train_task(args.task, args.train, args.dev, args.out, model=args.model, fmt=args.format,
                         input_mode=args.input, epochs=args.epochs, hidden_dim=args.hidden, tokenize=args.tokenize,
                         cache=args.cache, max_items=args.max_items, max_dev=args.max_dev, seed=args.seed,
                         learning_rate=args.lr,
@@ -67,8 +67,8 @@ def _add_task_train(tsub) -> None:
     p.add_argument("--dev", required=True, help="labelled dev file: the best epoch on it is kept")
     p.add_argument("--model", help="the biLM: a name (en, ko, ...) or directory (default en; ko for --format kmou)")
     p.add_argument("--out", required=True, help="directory for the task model (task.json + head.safetensors)")
-    p.add_argument("--input", type=_layer_input, default="mix", help="mix (learned scalar mix, default), token "
-                                                                     "(the context-independent baseline) or a layer number")
+    p.add_argument("--input", type=_layer_input, default="mix",
+                   help="mix (learned scalar mix, default), token (the context-independent baseline) or a layer number")
     p.add_argument("--epochs", type=count, default=10)
     p.add_argument("--hidden", type=count, default=128, help="BiLSTM size of the head")
     p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate (default 0.001)")

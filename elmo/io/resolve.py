@@ -83,6 +83,14 @@ def reference(model: str | Path | None) -> str:
     return str(model) if pretrained.is_model_name(str(model)) else str(Path(model).resolve())
 
 
+def resolve_reference(recorded: str) -> ModelFiles:
+    """The files of a model as a record names it (``reference``): a registered name is that model even where a
+    local folder has its name (a record names a folder by its absolute path, never by a bare name)."""
+    if recorded in pretrained.known_names():
+        return pretrained.resolve(recorded)
+    return resolve(recorded)
+
+
 def model_reference(model: str | Path | None, options: str | Path | None = None,
                     weights: str | Path | None = None) -> str:
     """``reference`` of a model given either way: the official pair as ``OPTIONS + WEIGHTS``, both absolute."""

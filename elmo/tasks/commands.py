@@ -13,7 +13,8 @@ from elmo.embed import Embedder
 from elmo.errors import UsageError
 from elmo.io.atomic import new_folders
 from elmo.io.download import cache_dir
-from elmo.io.resolve import reference
+from elmo.io.load import load_files
+from elmo.io.resolve import reference, resolve_reference
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
 from elmo.tasks.heads import LayerInput
@@ -94,14 +95,16 @@ def _encode(labels: list[str], gold: list) -> list:
     return [index[g] for g in gold]
 
 
-def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str | Path, model: str = "en",
+def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str | Path, model: str | None = None,
                fmt: str | None = None, input_mode: str = "mix", epochs: int = 10, hidden_dim: int = 128,
                tokenize: str | None = None, cache: str | Path | None = None, max_items: int | None = None,
                max_dev: int | None = None, seed: int = 0, learning_rate: float = 1e-3, batch_size: int = 32,
                progress: bool = True) -> TaskConfig:
     """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``; ``max_items`` /
-    ``max_dev`` keep only the first examples of each file (quick runs)."""
+    ``max_dev`` keep only the first examples of each file (quick runs). ``model``: a name or a folder (a local
+    folder wins over a name); None: the shipped model for the data (ko for KMOU, else en), by its name."""
     check_head_settings(epochs, batch_size, hidden_dim, learning_rate)
+    model = reference(model) if model is not None else "ko" if fmt == "kmou" else reference(None)
     with new_folders(check_output_folder(out)):  # made up front (a bad path fails now); removed again on failure
         train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
         dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
@@ -116,7 +119,7 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
         labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
         _warn_if_look_alike(labels)
         config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
-                            input=input_mode, model=reference(model), tokenize=tokenize,
+                            input=input_mode, model=model, tokenize=tokenize,
                             data_format=fmt or DEFAULT_FORMAT[task], hidden_dim=hidden_dim,
                             epochs=epochs, model_id=model_id(embedder),
                             seed=seed, learning_rate=learning_rate, batch_size=batch_size)
@@ -173,7 +176,10 @@ def _checked_embedder(config: TaskConfig) -> Embedder:
 
 
 def _embedder(model: str, tokenize: str | None) -> Embedder:
-    embedder = Embedder.from_pretrained(model)
+    """The biLM a task reads: ``model`` as a record names it (a name is the registered model, also from a folder
+    holding a folder of that name)."""
+    embedder = Embedder(load_files(resolve_reference(model)))
+    embedder.model_name = model
     if tokenize is not None:
         embedder.tokenizer = get_tokenizer(tokenize)
     return embedder

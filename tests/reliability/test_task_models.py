@@ -148,3 +148,17 @@ def test_static_vectors_that_know_few_of_the_probes_words_are_reported():
     with pytest.warns(UserWarning, match="know 25% of the probe's 4 tokens"):
         assert warn_static_coverage(vectors, ["The", "river", "flows", "fast"]) == 0.25
     assert warn_static_coverage(vectors, ["The", "bank"]) == 1.0
+
+
+def test_a_recorded_model_name_is_that_model_even_beside_a_local_folder_of_its_name(tmp_path, monkeypatch):
+    """A task model records the default biLM as "en"; run from a folder holding a folder named "en", the name must
+    still mean the shipped model (a record names a folder by its absolute path, never by a bare name)."""
+    from elmo import pretrained
+    from elmo.io.resolve import reference, resolve, resolve_reference
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "en").mkdir()
+    assert resolve_reference("en").folder == pretrained.SHIPPED_DIR / "en"
+    with pytest.raises(ElmoError, match="shadows"):  # typed by a user, a local folder still wins
+        resolve("en")
+    assert reference("en") == str(tmp_path / "en") and reference(None) == "en"
