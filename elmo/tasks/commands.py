@@ -66,8 +66,10 @@ def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, pro
     token_lists = embedder.tokenize(inputs)
     empty = [i for i, t in enumerate(token_lists) if not t]
     if empty:
-        raise UsageError(f"{source}: example {empty[0] + 1} (counting examples from 1, not lines) has no tokens "
-                         f"after tokenisation; remove it")
+        text = inputs[empty[0]] if isinstance(inputs[empty[0]], str) else " ".join(inputs[empty[0]])
+        shown = repr(text if len(text) <= 60 else text[:57] + "...")
+        raise UsageError(f"{source}: example {empty[0] + 1} (counting examples from 1, not lines), {shown}, has no "
+                         f"tokens after tokenisation; remove it")
     return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
 
 

@@ -162,3 +162,11 @@ def test_a_recorded_model_name_is_that_model_even_beside_a_local_folder_of_its_n
     with pytest.raises(ElmoError, match="shadows"):  # typed by a user, a local folder still wins
         resolve("en")
     assert reference("en") == str(tmp_path / "en") and reference(None) == "en"
+
+
+def test_an_example_the_tokenizer_empties_is_named_with_its_text(task, tmp_path):
+    from elmo.tasks.commands import features_for
+
+    embedder = Embedder.from_pretrained(task[2], tokenizer=lambda text: [w for w in text.split() if w.isalpha()])
+    with pytest.raises(ElmoError, match=r"data.tsv: example 2 \(counting examples from 1, not lines\), '\.\.\. !'"):
+        features_for(embedder, ["good film", "... !"], tmp_path, False, "data.tsv")
