@@ -13,7 +13,7 @@ from torch import nn
 
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
-from elmo.limits import MAX_READOUTS
+from elmo.limits import MAX_READOUTS, is_whole
 from elmo.model.bilm import BiLM, BiLMOutput, remove_sentence_boundaries
 from elmo.model.engine import InferenceEngine
 from elmo.model.mix import ComponentProjection, ScalarMix
@@ -45,8 +45,7 @@ class Elmo(nn.Module):
                             "num_output_representations=n)")
         if output not in ("mix", "projection"):
             raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
-        if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int) \
-                or not 1 <= num_output_representations <= MAX_READOUTS:
+        if not is_whole(num_output_representations, 1, MAX_READOUTS):
             raise UsageError(f"Elmo: num_output_representations must be a whole number from 1 to {MAX_READOUTS:,}, "
                              f"got {num_output_representations!r}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:

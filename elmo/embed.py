@@ -28,7 +28,7 @@ from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.io.resolve import model_reference
 from elmo.model.bilm import BiLM
-from elmo.limits import MAX_TOKENS_PER_LINE
+from elmo.limits import MAX_TOKENS_PER_LINE, is_whole
 from elmo.model.engine import InferenceEngine
 from elmo.model.mix import check_layers, initial_mix, scalar_weights
 from elmo.text.tokenize import get_tokenizer, tokens_of
@@ -74,8 +74,7 @@ class Embedder:
         if device is None:
             raise UsageError("device None: give a device name (cpu, cuda, cuda:1, mps)")
         check_device(device)
-        if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1
-                   for n in (max_tokens, max_batch_size)):
+        if not (is_whole(max_tokens) and is_whole(max_batch_size)):
             raise UsageError(f"max_tokens and max_batch_size must be whole numbers >= 1, got {max_tokens!r} and "
                              f"{max_batch_size!r}")
         if tokenizer is None:  # the model's own: raw text split as its training text was

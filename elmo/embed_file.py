@@ -32,7 +32,7 @@ from elmo.io.atomic import check_free_space, new_folders, path_argument, same_fi
 from elmo.io.lock import lock_beside
 from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
 from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
-from elmo.limits import MAX_BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS_PER_LINE
+from elmo.limits import MAX_BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS_PER_LINE, is_whole
 from elmo.model.bilm import BiLM
 from elmo.model.engine import InferenceEngine
 from elmo.model.fingerprint import weights_sha256
@@ -84,7 +84,7 @@ def read_lines(path: str | Path, errors: str = "strict",
 def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, non_finite: str,
                      errors: str) -> None:
     """``embed_file``'s arguments, each refused in one line before anything is read or written."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+    if not is_whole(batch_size, 1, MAX_BATCH_SIZE):
         raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
     if non_finite not in ("error", "warn"):
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")

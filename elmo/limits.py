@@ -9,6 +9,8 @@ exhaust a machine before an error could be raised.
 
 from __future__ import annotations
 
+from numbers import Integral
+
 # ---- a model's shape (options.json / config.json) ----------------------------------------------------------------
 MODEL_LIMITS: dict[str, int] = {
     "lstm.dim": 32_768,  # memory cells per LSTM layer
@@ -40,3 +42,11 @@ MAX_LABELS = 100_000  # a task's labels (tags or classes)
 MAX_HEAD_HIDDEN = 8_192  # a task head's BiLSTM size (`elmo task train --hidden`; the default is 128)
 MAX_MINUTES = 10**7  # about 19 years
 
+
+
+def is_whole(value: object, low: int = 1, high: int | None = None) -> bool:
+    """True for a whole number (an ``int`` or a NumPy integer, not a bool) from ``low`` to ``high`` (None: no upper
+    bound): how the Python API checks a count or a size before using it."""
+    if not isinstance(value, Integral) or isinstance(value, bool):
+        return False
+    return low <= value and (high is None or value <= high)

@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from elmo.errors import InputTypeError, UsageError
-from elmo.limits import MODEL_LIMITS
+from elmo.limits import MODEL_LIMITS, is_whole
 
 # Raw ids (rows 0..260 of the official `char_embed` table). Bytes take 0..255.
 BOS_CHAR = 256  # begin of sentence
@@ -70,7 +70,7 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
         raise InputTypeError(f"batch_to_ids takes a list of token lists, e.g. [['Hello', 'world']], not "
                              f"{'a string' if isinstance(sentences, str) else type(sentences).__name__}")
     widest = MODEL_LIMITS["char_cnn.max_characters_per_token"]
-    if isinstance(width, bool) or not isinstance(width, int) or not 3 <= width <= widest:
+    if not is_whole(width, 3, widest):
         raise UsageError(f"batch_to_ids: width is the model's characters per token, a whole number from 3 (the "
                          f"word's two marks and one byte) to {widest:,}, got {width!r}")
     sentences = sentences if hasattr(sentences, "__len__") else list(sentences)  # a generator will do

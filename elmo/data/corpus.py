@@ -34,7 +34,7 @@ import torch
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_bytes
 from elmo.data.vocab import Vocabulary
 from elmo.errors import ElmoError
-from elmo.io.text_lines import Utf8Lines
+from elmo.io.text_lines import Utf8Lines, one_sentence
 
 
 class CorpusError(ElmoError, ValueError):
@@ -155,11 +155,7 @@ class SentenceSource:
             path = self.file_order(self.epoch)[self.file_index]
             for raw in handle:
                 self.line += 1
-                text = raw.removesuffix("\n").removesuffix("\r")
-                if "\r" in text:  # old Mac line ends: whitespace splitting would merge the sentences
-                    raise CorpusError(f"{path}, line {self.line}: a carriage return (\\r) inside the line (old Mac "
-                                      f"line ends?); elmo reads one sentence per \\n: convert them first, e.g. "
-                                      f"tr '\\r' '\\n' < IN > OUT")
+                text = one_sentence(path, self.line, raw)  # old Mac line ends would merge sentences: refused
                 try:
                     tokens = self.tokenizer(text)
                 except Exception as err:  # a tokenizer plug-in failing on one line should say where

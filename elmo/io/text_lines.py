@@ -106,10 +106,17 @@ def sentence_lines(path: str | Path, errors: str = "strict",
     is an error naming it, since AllenNLP's reader would start a new sentence there and whitespace splitting would
     not (the same rule as ``elmo embed``'s)."""
     for number, line in numbered_lines(path, errors, max_line_bytes):
-        if "\r" in line:
-            raise TextLineError(path, number, "a carriage return (\\r) inside the line (old Mac line ends?)",
-                                "elmo reads one sentence per \\n: convert them first, e.g. tr '\\r' '\\n' < IN > OUT")
-        yield number, line
+        yield number, one_sentence(path, number, line)
+
+
+def one_sentence(path: str | Path, number: int, line: str) -> str:
+    """Line ``number`` of ``path`` as one sentence: without its ``"\\n"`` and one trailing ``"\\r"``; a carriage
+    return left inside it is a :class:`TextLineError` naming the line."""
+    text = line.removesuffix("\n").removesuffix("\r")
+    if "\r" in text:
+        raise TextLineError(path, number, "a carriage return (\\r) inside the line (old Mac line ends?)",
+                            "elmo reads one sentence per \\n: convert them first, e.g. tr '\\r' '\\n' < IN > OUT")
+    return text
 
 
 def count_lines(path: str | Path) -> int:

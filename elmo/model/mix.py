@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from elmo.errors import UsageError
-from elmo.limits import MAX_MIX_LAYERS, MAX_READOUT_DIM, MODEL_LIMITS
+from elmo.limits import MAX_MIX_LAYERS, MAX_READOUT_DIM, MODEL_LIMITS, is_whole
 
 Layers = Union[str, int]
 LAYER_NAMES = ("all", "top", "average", "mix")
@@ -39,7 +39,7 @@ def check_layers(layers: Layers, n_layers: int, names: Sequence[str] = LAYER_NAM
 def initial_mix(n_layers: int, weights: Sequence[float] | None, gamma: float, who: str) -> torch.Tensor:
     """The (L+1,) pre-softmax weights of a mix as given (zeros: equal weights), checked: one per layer, and they
     and ``gamma`` finite numbers (NaN would make every output NaN)."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_MIX_LAYERS:
+    if not is_whole(n_layers, 1, MAX_MIX_LAYERS):
         raise UsageError(f"{who}: the number of layers must be a whole number from 1 to {MAX_MIX_LAYERS}, "
                          f"got {n_layers!r}")
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
@@ -121,7 +121,7 @@ class ComponentProjection(nn.Module):
         for name, value, most in (("component_dim", component_dim, MAX_READOUT_DIM),
                                   ("n_lstm_layers", n_lstm_layers, MODEL_LIMITS["lstm.n_layers"]),
                                   ("projection_dim", projection_dim, MAX_READOUT_DIM)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            if not is_whole(value, 1, most):
                 raise UsageError(f"ComponentProjection: {name} must be a whole number from 1 to {most:,}, "
                                  f"got {value!r}")
         self.n_components = 1 + 2 * n_lstm_layers

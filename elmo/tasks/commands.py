@@ -106,7 +106,10 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     ``max_dev`` keep only the first examples of each file (quick runs). ``model``: a name or a folder (a local
     folder wins over a name); None: the shipped model for the data (ko for KMOU, else en), by its name."""
     check_head_settings(epochs, batch_size, hidden_dim, learning_rate)
-    model = reference(model) if model is not None else "ko" if fmt == "kmou" else reference(None)
+    if model is None:  # the default by its name, not a local folder that happens to share it
+        model = "ko" if fmt == "kmou" else reference(None)
+    else:
+        model = reference(model)
     with new_folders(check_output_folder(out)):  # made up front (a bad path fails now); removed again on failure
         train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
         dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)

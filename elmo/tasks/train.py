@@ -23,7 +23,7 @@ from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import sha256_of
 from elmo.io.native import load_state_strict
-from elmo.limits import MAX_HEAD_HIDDEN, MAX_LABELS, MAX_MIX_LAYERS, MAX_READOUT_DIM
+from elmo.limits import MAX_HEAD_HIDDEN, MAX_LABELS, MAX_MIX_LAYERS, MAX_READOUT_DIM, is_whole
 from elmo.tasks.features import FeatureCache
 from elmo.tasks.heads import SequenceTagger, TextClassifier
 from elmo.tasks.readers.tagging import is_bio_tag
@@ -79,7 +79,7 @@ class TaskConfig:
             raise UsageError(f"labels must be distinct names, at most {MAX_LABELS:,}, got {len(self.labels):,} "
                              f"({len(set(self.labels)):,} distinct)")
         for name, value, most in (("n_layers", self.n_layers, MAX_MIX_LAYERS), ("dim", self.dim, MAX_READOUT_DIM)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            if not is_whole(value, 1, most):
                 raise UsageError(f"{name} must be a whole number from 1 to {most:,}, got {value!r}")
         if not 0 <= self.dropout < 1:  # also NaN
             raise UsageError(f"dropout must be from 0 to below 1, got {self.dropout}")
