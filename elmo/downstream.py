@@ -5,18 +5,45 @@ through ``elmo.io.load`` (docs/architecture.md)."""
 
 from __future__ import annotations
 
+from numbers import Real
 from pathlib import Path
 from typing import Literal, Sequence
 
 import torch
 from torch import nn
 
+from elmo.data.chars import check_id_dtype
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.limits import MAX_READOUTS, is_whole
 from elmo.model.bilm import BiLM, BiLMOutput, remove_sentence_boundaries
 from elmo.model.engine import InferenceEngine
-from elmo.model.mix import ComponentProjection, ScalarMix
+from elmo.model.mix import ComponentProjection, ScalarMix, check_flag
+
+
+DEFAULT_PROJECTION_DIM = 512  # the width of output="projection" when projection_dim is not given
+
+
+def _check_arguments(output: str, num_output_representations: int, dropout: float, do_layer_norm: bool,
+                     scalar_mix_parameters: Sequence[float] | None, projection_dim: int | None) -> None:
+    """Refuse, in one line, an argument ``Elmo`` cannot honour: a value out of range, or an option of the other
+    readout (a projection has no layer weights to norm or fix; a mix's width is the biLM's), which would otherwise
+    be silently ignored."""
+    if output not in ("mix", "projection"):
+        raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
+    if not is_whole(num_output_representations, 1, MAX_READOUTS):
+        raise UsageError(f"Elmo: num_output_representations must be a whole number from 1 to {MAX_READOUTS:,}, "
+                         f"got {num_output_representations!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise UsageError(f"Elmo: dropout must be a number in [0, 1), got {dropout!r}")
+    do_layer_norm = check_flag(do_layer_norm, "do_layer_norm", "Elmo")
+    if output == "projection" and (do_layer_norm or scalar_mix_parameters is not None):
+        name = "do_layer_norm" if do_layer_norm else "scalar_mix_parameters"
+        raise UsageError(f"Elmo: {name} applies to output='mix' only (a projection weighs no layers); drop it, or "
+                         "use output='mix'")
+    if output == "mix" and projection_dim is not None:
+        raise UsageError(f"Elmo: projection_dim={projection_dim!r} applies to output='projection' only (a mix is "
+                         "as wide as the biLM's layers); drop it, or pass output='projection'")
 
 
 class Elmo(nn.Module):
@@ -37,19 +64,19 @@ class Elmo(nn.Module):
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
                  do_layer_norm: bool = False, dropout: float = 0.5, keep_sentence_boundaries: bool = False,
                  scalar_mix_parameters: Sequence[float] | None = None,
-                 output: Literal["mix", "projection"] = "mix", projection_dim: int = 512) -> None:
+                 output: Literal["mix", "projection"] = "mix", projection_dim: int | None = None) -> None:
+        """``projection_dim``: the width of ``output="projection"`` (default 512); the options of the other readout
+        (``do_layer_norm``, ``scalar_mix_parameters`` for a projection, ``projection_dim`` for a mix) are refused,
+        not ignored."""
         super().__init__()
         if not isinstance(bilm, BiLM):
             raise InputTypeError(f"Elmo takes a BiLM, got {type(bilm).__name__}; for AllenNLP's Elmo(options_file, "
                             "weight_file, n) write Elmo.from_pretrained(options=options_file, weights=weight_file, "
                             "num_output_representations=n)")
-        if output not in ("mix", "projection"):
-            raise UsageError(f"Elmo: output must be 'mix' or 'projection', got {output!r}")
-        if not is_whole(num_output_representations, 1, MAX_READOUTS):
-            raise UsageError(f"Elmo: num_output_representations must be a whole number from 1 to {MAX_READOUTS:,}, "
-                             f"got {num_output_representations!r}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise UsageError(f"Elmo: dropout must be a number in [0, 1), got {dropout!r}")
+        _check_arguments(output, num_output_representations, dropout, do_layer_norm, scalar_mix_parameters,
+                         projection_dim)
+        requires_grad = check_flag(requires_grad, "requires_grad", "Elmo")
+        keep_sentence_boundaries = check_flag(keep_sentence_boundaries, "keep_sentence_boundaries", "Elmo")
         self.bilm = bilm
         self._engine: InferenceEngine | None = None
         self._engine_weights: tuple[tuple[int, int], ...] = ()
@@ -67,14 +94,21 @@ class Elmo(nn.Module):
                 for _ in range(num_output_representations))
         else:
             self.readouts = nn.ModuleList(
-                ComponentProjection(bilm.config.lstm.projection_dim, bilm.config.lstm.n_layers, projection_dim)
+                ComponentProjection(bilm.config.lstm.projection_dim, bilm.config.lstm.n_layers,
+                                    DEFAULT_PROJECTION_DIM if projection_dim is None else projection_dim)
                 for _ in range(num_output_representations))
 
     @classmethod
     def from_pretrained(cls, model: str | Path | None = None, options: str | Path | None = None,
                         weights: str | Path | None = None, stateful: bool = False, **kwargs) -> "Elmo":
         """``Elmo`` over a biLM loaded from our directory or from the official options + weights pair.
-        ``stateful=True``: AllenNLP's mode (LSTM state carried from batch to batch), for its exact numbers."""
+        ``stateful=True``: AllenNLP's mode (LSTM state carried from batch to batch), for its exact numbers.
+        AllenNLP's positional habit, ``from_pretrained(options_file, weight_file)``, is refused with the keywords to
+        write (the resolver's own message names the command line's flags)."""
+        if model is not None and (options is not None or weights is not None):
+            raise UsageError("Elmo.from_pretrained: give a model (a name or a folder) or options= and weights=, not "
+                             "both; AllenNLP's Elmo(options_file, weight_file, n) is Elmo.from_pretrained("
+                             "options=options_file, weights=weight_file, num_output_representations=n)")
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
     def __getstate__(self) -> dict:
@@ -121,7 +155,11 @@ class Elmo(nn.Module):
 
     def mix_penalty(self, coef: float = 0.001) -> torch.Tensor:
         """bilm-tf's regulariser of the learned mixes: ``coef`` x the sum of squared pre-softmax weights (add it to
-        the task loss; the paper uses 0.001). Zero for projection readouts and fixed mixes."""
+        the task loss; the paper uses 0.001). Zero for projection readouts and fixed mixes. ``coef`` is checked: a
+        NaN or negative one would poison or invert the loss without a word."""
+        if isinstance(coef, bool) or not isinstance(coef, Real) or not 0.0 <= coef < float("inf"):
+            raise UsageError(f"Elmo.mix_penalty: coef must be a finite number of 0 or more (the paper's is 0.001), "
+                             f"got {coef!r}")
         terms = [r.weights.pow(2).sum() for r in self.readouts if isinstance(r, ScalarMix) and r.weights.requires_grad]
         return coef * torch.stack(terms).sum() if terms else torch.zeros(())
 
@@ -132,8 +170,9 @@ class Elmo(nn.Module):
             raise InputTypeError("Elmo takes character ids (batch, tokens, characters): pass batch_to_ids(sentences), "
                             f"not {type(char_ids).__name__}"
                             + (f" of shape {tuple(char_ids.shape)}" if isinstance(char_ids, torch.Tensor) else ""))
-        if char_ids.dtype.is_floating_point or char_ids.dtype == torch.bool:
+        if char_ids.dtype.is_floating_point or char_ids.dtype.is_complex or char_ids.dtype == torch.bool:
             raise InputTypeError(f"Elmo takes integer character ids, got {char_ids.dtype}")
+        check_id_dtype(char_ids.dtype, self.bilm.config.char_cnn.n_characters)
         char_ids = char_ids.long()  # int32 ids (from numpy, other tools) index the embedding like int64 ones
         if char_ids.dim() > 3:
             lead = char_ids.shape[:-2]
@@ -151,6 +190,9 @@ class Elmo(nn.Module):
             weights = self._weights_version()
             if self._engine is None or self._engine.device != char_ids.device or self._engine_weights != weights:
                 self._engine = InferenceEngine.build(self.bilm, device=char_ids.device)
+                # stateful mode: one stream of carried states whichever path runs, kept when the engine is rebuilt
+                # (.eval(), a fine-tuning step), as AllenNLP's one encoder keeps them
+                self._engine.carrier = self.bilm.state_carrier
                 self._engine_weights = weights
             out = self._engine(char_ids)
             # inference-mode tensors cannot enter autograd (a trainable readout): normal copies of what is read

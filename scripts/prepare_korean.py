@@ -3,7 +3,8 @@
     python scripts/prepare_korean.py --out runs/data/ko
 
 Tokens are eojeol with punctuation split off (``elmo.text.tokenize.korean_tokenize``, the ``--tokenize ko`` of the
-CLI). Writes train.txt.gz (the NSMC raw crawl without the NSMC-rebuilt dev texts, the Blue House petitions split into
+CLI), after Unicode NFC of the whole text (``_tokens``): the shipped model's training text was made so. Writes
+train.txt.gz (the NSMC raw crawl without the NSMC-rebuilt dev texts, the Blue House petitions split into
 sentences, the KorQuAD dev paragraphs split into sentences) and heldout-nsmc.txt (the 10,000 NSMC-rebuilt dev
 reviews: held-out NSMC text never seen in training; the withheld test reviews are not in the crawl at all).
 """
@@ -18,6 +19,7 @@ import os
 import random
 import re
 import sys
+import unicodedata
 from pathlib import Path
 
 from elmo.text.tokenize import korean_tokenize
@@ -26,6 +28,13 @@ DEFAULT_DATA = os.environ.get("ELMO_DATA") or str(Path(__file__).resolve().paren
 DATA = Path(DEFAULT_DATA) / "ko"  # set from --data in main
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 csv.field_size_limit(sys.maxsize)
+
+
+def _tokens(text: str) -> list[str]:
+    """The ``ko`` tokens of a text after NFC of the whole text. The tokenizer itself composes only Hangul jamo (a
+    user's other characters stay as written); this preparation also unifies compatibility forms, as the text of the
+    shipped model was prepared."""
+    return korean_tokenize(unicodedata.normalize("NFC", text))
 
 
 def _key(text: str) -> str:
@@ -41,7 +50,7 @@ def nsmc_reviews(skip: set[str]):
     with gzip.open(DATA / "nsmc" / "reviews.tsv.gz", "rt", encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
             if _key(row["text"]) not in skip:
-                yield korean_tokenize(row["text"])
+                yield _tokens(row["text"])
 
 
 def petitions():
@@ -50,7 +59,7 @@ def petitions():
             for line in f:
                 record = json.loads(line)
                 for sentence in _SENTENCE_END.split(record["title"] + "\n" + record["content"]):
-                    yield korean_tokenize(sentence)
+                    yield _tokens(sentence)
 
 
 def korquad():
@@ -58,7 +67,7 @@ def korquad():
         for article in json.load(f)["data"]:
             for paragraph in article["paragraphs"]:
                 for sentence in _SENTENCE_END.split(paragraph["context"]):
-                    yield korean_tokenize(sentence)
+                    yield _tokens(sentence)
 
 
 def main() -> None:
@@ -81,7 +90,7 @@ def main() -> None:
     with gzip.open(out / "train.txt.gz", "wt", encoding="utf-8") as f:
         f.write("\n".join(sentences) + "\n")
     print(f"train.txt.gz: {len(sentences):,} sentences, {sum(len(s.split()) for s in sentences):,} tokens")
-    held_out = [" ".join(korean_tokenize(t)) for t in dev]
+    held_out = [" ".join(_tokens(t)) for t in dev]
     (out / "heldout-nsmc.txt").write_text("\n".join(s for s in held_out if s) + "\n", encoding="utf-8")
 
 

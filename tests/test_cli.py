@@ -159,7 +159,9 @@ def test_show_pads_wide_characters_by_the_columns_they_take():
     from elmo.cli.embed import _fit_columns
 
     assert _fit_columns("그녀는", 8) == "그녀는  " and _fit_columns("bank", 6) == "bank  "
-    assert _fit_columns("인출하기위해서", 5) == "인출 " and _fit_columns("x" * 20, 15) == "x" * 15
+    # a cut token ends in a mark, so that it is not taken for a token the tokenizer made
+    assert _fit_columns("인출하기위해서", 5) == "인출…" and _fit_columns("x" * 20, 15) == "x" * 14 + "…"
+    assert _fit_columns("인출하기위해서", 6) == "인출… " and _fit_columns("x" * 15, 15) == "x" * 15
 
 
 def test_counts_below_one_are_refused_by_the_parser(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Iterator
 
 import torch
@@ -167,6 +168,25 @@ def _check_stdio_names(args: argparse.Namespace, command: str, parser: argparse.
                                    f"stream: list it once")
 
 
+# arguments that are the user's words, embedded or looked for (a file name may hold any bytes: these may not)
+_WORDS_ARGS = {"sentence", "word", "query", "title"}
+_WORDS_ARGS_BY_COMMAND = {"elmo score": ("sentences",)}
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # how Python keeps a command line's bytes that are not UTF-8
+
+
+def _check_text_bytes(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
+    """Refuse text arguments holding bytes that are not UTF-8 (Latin-1 from a script, another terminal encoding):
+    Python keeps them as lone surrogates, which character ids drop, so ``elmo show $'caf\\xe9'`` would embed
+    "caf" and an empty token; a text file with such bytes is an error too (``--errors``)."""
+    words = {*_WORDS_ARGS, *_WORDS_ARGS_BY_COMMAND.get(command, ())}
+    for dest, name, values in _given(args, parser):
+        for value in values if dest in words else ():
+            if isinstance(value, str) and (bad := _ESCAPED_BYTE.search(value)):
+                raise CommandLineError(f"{name}: not UTF-8 text (the byte 0x{ord(bad.group()) - 0xDC00:02X} at "
+                                       f"character {bad.start() + 1}); give it in UTF-8, e.g. converted with "
+                                       f"iconv -t UTF-8")
+
+
 def _check_empty_paths(args: argparse.Namespace, command: str, parser: argparse.ArgumentParser) -> None:
     """Refuse an empty file or folder argument (an unset shell variable): it would mean the current folder."""
     text = {*_TEXT_ARGS, *_TEXT_ARGS_BY_COMMAND.get(command, ()), "column", "cache"}  # --cache "": the default
@@ -187,6 +207,7 @@ def check_usage(args: argparse.Namespace, command: str, parser: argparse.Argumen
     """Option combinations argparse cannot express; a mistake here is a usage error (exit code 2)."""
     _check_stdio_names(args, command, parser)
     _check_empty_paths(args, command, parser)
+    _check_text_bytes(args, command, parser)
     if (device := getattr(args, "device", None)) is not None:
         try:
             torch.device(device)

@@ -60,14 +60,18 @@ def cmd_show(args: argparse.Namespace) -> None:
 
 
 def _fit_columns(text: str, width: int) -> str:
-    """``text`` cut and padded to ``width`` terminal columns (Hangul, CJK and other wide characters take two)."""
+    """``text`` padded to ``width`` terminal columns (Hangul, CJK and other wide characters take two); a longer one
+    is cut and ends in "…", so that a cut token (a long Korean eojeol) is not taken for a token the tokenizer made."""
+    columns = [2 if unicodedata.east_asian_width(char) in "WF" else 0 if unicodedata.combining(char) else 1
+               for char in text]
+    if sum(columns) <= width:
+        return text + " " * (width - sum(columns))
     out, used = "", 0
-    for char in text:
-        w = 2 if unicodedata.east_asian_width(char) in "WF" else 0 if unicodedata.combining(char) else 1
-        if used + w > width:
+    for char, w in zip(text, columns):
+        if used + w > width - 1:  # one column for the mark
             break
         out, used = out + char, used + w
-    return out + " " * (width - used)
+    return out + "…" + " " * (width - 1 - used)
 
 
 def cmd_convert(args: argparse.Namespace) -> None:

@@ -73,10 +73,16 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     if not is_whole(width, 3, widest):
         raise UsageError(f"batch_to_ids: width is the model's characters per token, a whole number from 3 (the "
                          f"word's two marks and one byte) to {widest:,}, got {width!r}")
+    if isinstance(sentences, (set, frozenset)):  # rows in hash order: each run would put them elsewhere
+        raise InputTypeError("batch_to_ids takes a list of token lists; a set of sentences has no order, so the rows "
+                             "would not match it: pass a list")
     sentences = sentences if hasattr(sentences, "__len__") else list(sentences)  # a generator will do
     bad = next((row for row, s in enumerate(sentences) if s is None or not hasattr(s, "__len__")), None)
     if bad is not None:
         raise InputTypeError(f"sentence {bad} is {type(sentences[bad]).__name__}, not a list of tokens")
+    unordered = next((row for row, s in enumerate(sentences) if isinstance(s, (set, frozenset))), None)
+    if unordered is not None:  # tokens in hash order, which differs from run to run
+        raise InputTypeError(f"sentence {unordered} is a set, whose tokens have no order; pass a list of tokens")
     longest = max((len(s) for s in sentences), default=0)
     ids = torch.zeros(len(sentences), max(longest, 1), width, dtype=torch.long)  # (B, T, W)
     for row, sentence in enumerate(sentences):
@@ -89,6 +95,15 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
                 position, word = next((i, w) for i, w in enumerate(sentence) if not isinstance(w, str))
                 raise InputTypeError(f"sentence {row}, token {position}: {word!r} is not a string") from None
     return ids
+
+
+def check_id_dtype(dtype: torch.dtype, n_characters: int) -> None:
+    """Refuse, in one line, an integer type too narrow for the model's ids (0 .. ``n_characters`` - 1): ids cast to
+    uint8 or int8 have wrapped (the word marks 259 and 260 became 3 and 4), so they would embed other characters."""
+    if torch.iinfo(dtype).max < n_characters - 1:
+        raise UsageError(f"character ids of type {dtype} cannot hold this model's ids 0..{n_characters - 1} (the "
+                         f"word marks are 259 to 261): ids cast to it have wrapped around; keep them in int16 or "
+                         f"a wider type, as elmo.batch_to_ids makes them (int64)")
 
 
 def check_char_ids(char_ids: torch.Tensor, n_characters: int, width: int) -> None:

@@ -38,6 +38,28 @@ class NotUtf8Error(TextLineError):
         self.byte = byte
 
 
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+              (b"\xfe\xff", "UTF-16BE"))
+
+
+def wide_encoding(first_line: bytes) -> tuple[str, str] | None:
+    """(what it is, iconv's name for it) of the UTF-16 or UTF-32 encoding a file's first line (its bytes, up to and
+    with the first ``b"\\n"``) is in, or None: told by a byte-order mark, or without one by a NUL byte in every
+    other place (ASCII text as UTF-16). Such text is refused, not read as UTF-8: ASCII in UTF-16 is valid UTF-8
+    with a NUL beside every letter (and one line more, the NUL after the last newline), and ``errors="replace"``
+    would get past a byte-order mark into the same garbage."""
+    for bom, encoding in _WIDE_BOMS:
+        if first_line.startswith(bom):
+            return encoding, encoding[:6]  # iconv reads the byte order from the mark
+    body = first_line.removesuffix(b"\n")
+    if len(body) >= 4 and body.strip(b"\x00"):
+        if not body[1::2].strip(b"\x00"):
+            return "UTF-16LE (no byte-order mark)", "UTF-16LE"
+        if not body[0::2].strip(b"\x00"):
+            return "UTF-16BE (no byte-order mark)", "UTF-16BE"
+    return None
+
+
 def is_gzip(path: str | Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
@@ -53,7 +75,8 @@ class Utf8Lines:
 
     ``number`` is the 1-based number of the last line returned. A UTF-8 error or a damaged gzip stream raises
     :class:`TextLineError` naming that line. ``errors`` is ``bytes.decode``'s (``"replace"`` substitutes U+FFFD).
-    A byte-order mark at the start of the file is dropped.
+    A UTF-8 byte-order mark at the start of the file is dropped; a UTF-16 or UTF-32 file (``wide_encoding``) is a
+    :class:`TextLineError` at line 1, with or without ``errors="replace"``.
     """
 
     def __init__(self, path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> None:
@@ -76,6 +99,9 @@ class Utf8Lines:
         if self.max_line_bytes is not None and len(raw) > self.max_line_bytes and not raw.endswith(b"\n"):
             raise TextLineError(self.path, self.number, f"longer than {self.max_line_bytes:,} bytes",
                                 "split it into sentences, one per line")
+        if self.number == 1 and (wide := wide_encoding(raw)):
+            raise TextLineError(self.path, 1, f"{wide[0]} text, not UTF-8",
+                                f"save the file as UTF-8, e.g. iconv -f {wide[1]} -t UTF-8 IN > OUT")
         try:
             return raw.decode("utf-8-sig" if self.number == 1 else "utf-8", errors=self.errors)
         except UnicodeDecodeError as err:

@@ -83,6 +83,11 @@ class BiLM(nn.Module):
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
         self._carrier.reset()
 
+    @property
+    def state_carrier(self) -> StateCarrier:
+        """The states stateful mode carries from batch to batch (``Elmo`` shares it with its inference engine)."""
+        return self._carrier
+
     def forward(self, char_ids: torch.Tensor) -> BiLMOutput:
         stacks = lambda xf, xb, sizes, sf, sb: (self.forward_stack(xf, sizes, sf), self.backward_stack(xb, sizes, sb))
         runner = Runner(self.char_encoder.encode, stacks, self.char_encoder.projection.weight.dtype)

@@ -102,7 +102,10 @@ class InferenceEngine:
         self.precision = precision
         self.device = torch.device(device) if device is not None else bilm.char_encoder.projection.weight.device
         self.stateful = bilm.stateful if stateful is None else stateful
-        self.cache_words = bilm.cache_words if cache_words is None else _word_list(cache_words)
+        # the model's own list is checked too: it is set by assignment (elmo.bilm.cache_words = words), where a
+        # string would cache its letters and a None in the list fail deep inside the first forward pass
+        words = bilm.cache_words if cache_words is None else cache_words
+        self.cache_words = None if words is None else _word_list(words)
         self.memo_words = memo_words
         self.carrier = StateCarrier()
         self.rebuild()

@@ -36,9 +36,17 @@ def check_layers(layers: Layers, n_layers: int, names: Sequence[str] = LAYER_NAM
     return layers
 
 
+def check_flag(value: object, name: str, who: str) -> bool:
+    """``value`` as a bool, refused in one line unless it is True or False (a NumPy bool too): a string such as
+    "false" from a settings file is truthy and would silently switch the option on; None would fail inside torch."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise UsageError(f"{who}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def initial_mix(n_layers: int, weights: Sequence[float] | None, gamma: float, who: str) -> torch.Tensor:
     """The (L+1,) pre-softmax weights of a mix as given (zeros: equal weights), checked: one per layer, and they
-    and ``gamma`` finite numbers (NaN would make every output NaN)."""
+    and ``gamma`` finite numbers (NaN would make every output NaN; an int of 400 digits overflows float)."""
     if not is_whole(n_layers, 1, MAX_MIX_LAYERS):
         raise UsageError(f"{who}: the number of layers must be a whole number from 1 to {MAX_MIX_LAYERS}, "
                          f"got {n_layers!r}")
@@ -46,11 +54,15 @@ def initial_mix(n_layers: int, weights: Sequence[float] | None, gamma: float, wh
         raise UsageError(f"{who}: gamma must be a number, got {gamma!r}")
     try:
         mix = torch.zeros(n_layers) if weights is None else torch.tensor(list(weights), dtype=torch.float)
+        finite_gamma = math.isfinite(gamma)
+    except OverflowError:
+        raise UsageError(f"{who}: the weights and gamma must be finite numbers, got an integer beyond float's "
+                         "range (about 1.8e308) among them") from None
     except (TypeError, ValueError, RuntimeError):
         raise UsageError(f"{who}: the initial weights must be numbers, one per layer, got {weights!r}") from None
     if mix.shape != (n_layers,):
         raise UsageError(f"{who}: {len(mix)} initial weights given for {n_layers} layers (one per layer)")
-    if not bool(torch.isfinite(mix).all()) or not math.isfinite(gamma):
+    if not bool(torch.isfinite(mix).all()) or not finite_gamma:
         raise UsageError(f"{who}: the weights and gamma must be finite numbers, got {mix.tolist()} and {gamma}")
     return mix
 
@@ -85,15 +97,17 @@ class ScalarMix(nn.Module):
                  initial_gamma: float = 1.0, trainable: bool = True, eps: float = 1e-13) -> None:
         super().__init__()
         weights = initial_mix(n_layers, initial_weights, initial_gamma, "ScalarMix")
+        trainable = check_flag(trainable, "trainable", "ScalarMix")
         self.weights = nn.Parameter(weights, requires_grad=trainable)  # (L+1,) pre-softmax
         self.gamma = nn.Parameter(torch.tensor([float(initial_gamma)]), requires_grad=trainable)
-        self.do_layer_norm = do_layer_norm
+        self.do_layer_norm = check_flag(do_layer_norm, "do_layer_norm", "ScalarMix")
         self.eps = eps
 
     def forward(self, layers: Sequence[torch.Tensor], mask: torch.Tensor | None = None) -> torch.Tensor:
         """L + 1 tensors (B, T, D) -> (B, T, D). ``mask`` (B, T) is needed only with layer norm."""
         if len(layers) != len(self.weights):
             raise UsageError(f"ScalarMix: got {len(layers)} layers, built for {len(self.weights)}")
+        _check_shapes(layers, mask)
         s = scalar_weights(self.weights, self.gamma)  # (L+1,)
         if self.do_layer_norm:
             if mask is None:
@@ -102,6 +116,19 @@ class ScalarMix(nn.Module):
             eps = self.eps if layers[0].dtype in (torch.float32, torch.float64) else max(self.eps, 1e-4)
             layers = [_masked_layer_norm(layer, mask, eps) for layer in layers]
         return sum(weight * layer for weight, layer in zip(s, layers))
+
+
+def _check_shapes(layers: Sequence[torch.Tensor], mask: torch.Tensor | None) -> None:
+    """Refuse layers of different shapes (a broadcasting error inside torch) and a mask that is not (B, T) of the
+    layers' (B, T, D): a (T,) mask would broadcast over the batch and give layer norm a wrong count, silently."""
+    shape = tuple(layers[0].shape)
+    other = next((i for i, layer in enumerate(layers) if tuple(layer.shape) != shape), None)
+    if other is not None:
+        raise UsageError(f"ScalarMix: layer {other} has shape {tuple(layers[other].shape)}, layer 0 {shape}; "
+                         "every layer must have the same shape")
+    if mask is not None and tuple(mask.shape) != shape[:-1]:
+        raise UsageError(f"ScalarMix: the mask has shape {tuple(mask.shape)}, the layers {shape}; pass a mask of "
+                         f"shape {shape[:-1]} (True at real tokens)")
 
 
 def _masked_layer_norm(layer: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:

@@ -159,12 +159,23 @@ def _keep_marks_attached(text: str, spans: Iterable[tuple[int, int]]) -> list[st
 
 
 _KO_TOKEN = re.compile(r"\w+|[^\w\s]+")
+# conjoining Hangul jamo (initial, medial and final consonants and vowels, old ones included), with the syllable
+# before them that a final consonant may complete: what NFC composes into Hangul syllables
+_JAMO_RUN = re.compile(r"[\uac00-\ud7a3]?[\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff]+")
+
+
+def compose_hangul(text: str) -> str:
+    """``text`` with Hangul typed as separate jamo composed into syllables (NFC on the jamo alone), every other
+    character as it was: NFC of the whole text would also replace CJK compatibility ideographs (the Hanja of other
+    readings, U+F900-U+FAFF) by their unified forms, the Greek question mark by a semicolon, the ohm sign by omega."""
+    return _JAMO_RUN.sub(lambda match: unicodedata.normalize("NFC", match.group()), text)
 
 
 def korean_tokenize(text: str) -> list[str]:
     """Eojeol (whitespace words) with runs of punctuation split off: ``"갔다..."`` -> ``갔다 ...``. Hangul typed as
-    separate jamo (NFD, from macOS file names and some web text) is composed first (NFC), as the training text is."""
-    text = unicodedata.normalize("NFC", text)
+    separate jamo (NFD, from macOS file names and some web text) is composed first, as the training text is; no
+    other character is changed (``compose_hangul``)."""
+    text = compose_hangul(text)
     return _keep_marks_attached(text, ((m.start(), m.end()) for m in _KO_TOKEN.finditer(text)))
 
 
