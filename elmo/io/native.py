@@ -41,7 +41,7 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
     if dtype not in (None, torch.float32, torch.float16, torch.bfloat16):
         raise UsageError(f"save_model: dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
     out = output_folder(out_dir, "save_model's out_dir")
-    state = {k: _stored(v, dtype) for k, v in model.state_dict().items()}
+    state = {k: _stored(k, v, dtype) for k, v in model.state_dict().items()}
     check_free_space(out / WEIGHTS_NAME, sum(t.numel() * t.element_size() for t in state.values()) + (1 << 20),
                      "the model's weights")
     out.mkdir(parents=True, exist_ok=True)
@@ -53,11 +53,27 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
     return out
 
 
-def _stored(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+def _stored(name: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A weight as it is written: on the CPU, in ``dtype``, and finite. A NaN or infinite value, or one beyond
+    float16's range (65,504) cast to inf, would make a file that ``load_model`` refuses: refused here, before anything
+    is written."""
     tensor = tensor.detach().cpu()
     if dtype is not None and tensor.is_floating_point():
-        tensor = tensor.to(dtype)
+        stored = tensor.to(dtype)
+        if not bool(torch.isfinite(stored).all()) and bool(torch.isfinite(tensor).all()):
+            raise UsageError(f"save_model: {name!r} holds values beyond {dtype}'s range (largest "
+                             f"{torch.finfo(dtype).max:,.0f}), which would be stored as inf; save with "
+                             f"dtype=torch.float32 or torch.bfloat16")
+        tensor = stored
+    check_finite_weight(name, tensor, "save_model")
     return tensor.contiguous()
+
+
+def check_finite_weight(name: str, tensor: torch.Tensor, who: str) -> None:
+    """Refuse to write a weight holding NaN or inf: the file would not load again (every reader refuses it)."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        raise UsageError(f"{who}: the model's {name!r} holds NaN or infinite values; a model written with them would "
+                         f"not load again (was it trained or edited into NaN?)")
 
 
 def is_model_dir(path: str | Path) -> bool:

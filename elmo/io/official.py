@@ -20,6 +20,7 @@ from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.atomic import atomic_path, check_free_space, output_folder, path_argument, write_errors
 from elmo.io.file_kinds import ADVICE, HDF5_KIND, JSON_KIND, describe_file, hdf5_entries, holds_weights
+from elmo.io.native import check_finite_weight
 from elmo.model.bilm import BiLM
 
 
@@ -329,8 +330,12 @@ def load_official(options_file: str | Path, weight_file: str | Path, stateful: b
 # ---- export -----------------------------------------------------------------------------------------------------
 
 def official_arrays(model: BiLM) -> dict[str, np.ndarray]:
-    """The datasets of the official weight file for ``model``."""
-    state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
+    """The datasets of the official weight file for ``model`` (finite: a NaN would make a file no reader loads)."""
+    state = {}
+    for key, value in model.state_dict().items():
+        value = value.detach().cpu().float()
+        check_finite_weight(key, value, "export_official")
+        state[key] = value.numpy()
     return {entry.dataset: entry.to_tf(*(state[p] for p in entry.params)).astype(np.float32)
             for entry in name_table(model.config)}
 

@@ -5,10 +5,13 @@ import os
 import subprocess
 
 import pytest
+import torch
 
 from elmo import Elmo, Embedder, batch_to_ids
 from elmo.errors import ElmoError
 from elmo.io.load import load_bilm
+from elmo.io.native import save_model
+from elmo.io.official import export_official
 from elmo.model.mix import ComponentProjection, ScalarMix
 from tests.reliability.tiny import cli, elmo_process, one_error_line, text_file, tiny_model
 
@@ -111,3 +114,26 @@ def test_an_output_name_too_long_for_elmos_work_files_is_refused_naming_it(model
         "in.txt"]
     rc, err = cli(capsys, "export", model, tmp_path / ("e" * 250))
     assert rc != 0 and "a name of 250 bytes" in err
+
+
+@pytest.mark.parametrize("value, dtype, match", [
+    (1e5, "float16", "beyond torch.float16's range"),  # float16 would store inf
+    (float("nan"), None, "NaN or infinite"),
+    (float("inf"), "bfloat16", "NaN or infinite"),
+])
+def test_a_model_that_would_not_load_again_is_not_written(model, tmp_path, value, dtype, match):
+    """Every reader refuses a weight holding NaN or inf: writing one would give a folder that cannot be used."""
+    bilm = load_bilm(model)
+    with torch.no_grad():
+        bilm.char_encoder.projection.weight[0, 0] = value
+    with pytest.raises(ElmoError, match=match):
+        save_model(bilm, tmp_path / "ours", dtype=getattr(torch, dtype) if dtype else None)
+    assert not (tmp_path / "ours").exists()
+    if dtype is None:
+        with pytest.raises(ElmoError, match=match):
+            export_official(bilm, tmp_path / "official")
+        assert not (tmp_path / "official").exists()
+    with torch.no_grad():
+        bilm.char_encoder.projection.weight[0, 0] = 1.0  # a finite model is written and loads again
+    save_model(bilm, tmp_path / "fine", dtype=getattr(torch, dtype) if dtype else None)
+    assert load_bilm(tmp_path / "fine") is not None
