@@ -1,6 +1,6 @@
 """Size limits, checked before anything is allocated: a file or flag that asks for more is refused in one line
 (the model's sizes by ``elmo.config``, input lines by ``elmo.embed_file``, flags by ``elmo.cli.common``, training
-settings by ``elmo.training.config``).
+settings by ``elmo.training.config``, a vocabulary's softmax by ``elmo.training.softmax``).
 
 Every limit is far above the largest released model (``original-5.5b``: LSTM cells 4,096, projections 512, 2
 layers, 2,048 CNN filters, 2 highway layers, 50 characters per token, 93.6 M parameters) and far below what would
@@ -25,6 +25,8 @@ MODEL_LIMITS: dict[str, int] = {
     "char_cnn.max_characters_per_token": 1_024,  # character slots per token
 }
 MAX_PARAMETERS = 2_000_000_000  # a whole biLM (8 GB in float32); the largest released one has 93.6 M
+MAX_SOFTMAX_PARAMETERS = 2_000_000_000  # a language model's softmax, words x (projection + 1): 8 GB in float32, and
+# as much again for Adagrad (bilm-tf's 793,471 words x 513: 407 M)
 # ---- readouts of the layers (ScalarMix, ComponentProjection, Elmo) ---------------------------------------------
 MAX_MIX_LAYERS = 1_024  # layers one scalar mix weighs (a biLM has 2 L + 1 components at most: 33)
 MAX_READOUT_DIM = 65_536  # a component's width or a projection's output width

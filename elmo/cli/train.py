@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import warnings
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from elmo.cli.common import (STDIO, CommandLineError, add_model_args, batch_size, count, load_model, minutes, sentences,
                              share, vocabulary_size, whole)
@@ -18,13 +18,17 @@ from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import UsageError
 from elmo.io.resolve import resolve
 from elmo.training.checkpoint import load_language_model
-from elmo.text.tokenize import get_tokenizer
+from elmo.text.tokenize import TOKENIZER_NAMES, get_tokenizer
 from elmo.training.baselines import baseline_perplexities_of_sets
 from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
 from elmo.training.export import dump_token_embeddings, export_checkpoint
 from elmo.training.lm import LanguageModel
 from elmo.training.trainer import Trainer
+
+# what --tokenize takes ("none": whitespace, as "whitespace"): a name outside it is a usage error (exit 2), caught by
+# argparse before any work, as `elmo embed --tokenize` is
+TOKENIZE_CHOICES = (*TOKENIZER_NAMES, "none")
 
 
 def cmd_vocab_build(args: argparse.Namespace) -> None:
@@ -73,15 +77,19 @@ def _train_settings(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     # whitespace-split text is the default (None), but a new run from a model's weights takes that model's tokenizer
     # unless one is given, so there "whitespace" stays said
     tokenize = "whitespace" if args.tokenize == "none" else args.tokenize
-    flags["tokenize"] = None if tokenize == "whitespace" and not args.init_from else tokenize
+    said_whitespace = tokenize == "whitespace" and not args.init_from
+    flags["tokenize"] = None if said_whitespace else tokenize
     loaded = TrainConfig.load(args.config or "tiny")
-    config = loaded.replace(**flags)
+    config = loaded.replace(**flags)  # a None flag keeps the file's value, so whitespace said is set apart:
+    if said_whitespace:  # the flag outranks a --config file's tokenize = "en", as every flag does
+        config = replace(config, tokenize=None)
     config.check("command line")
     # a resumed run keeps its checkpoint's settings; those given now (a --config file counts as given) are
     # checked against it: run length and checkpointing may change, the rest must match
     # (a flag not given, None, leaves the file's value: it must not hide a batch size or seed the file changes)
     given = (({f.name: getattr(loaded, f.name) for f in fields(loaded)} if args.config else {})
-             | {name: value for name, value in flags.items() if value is not None})
+             | {name: value for name, value in flags.items() if value is not None}
+             | ({"tokenize": "whitespace"} if said_whitespace else {}))
     return config, given
 
 
@@ -193,7 +201,8 @@ def add_commands(sub) -> None:
     p.add_argument("--min-count", type=count, default=1)
     p.add_argument("--max-size", type=vocabulary_size, default=None,
                    help="at most this many words, the 3 specials (<S>, </S>, <UNK>) included")
-    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
+                   help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy)")
     p.set_defaults(func=cmd_vocab_build)
     _add_train(sub)
     _add_language_model_commands(sub)
@@ -222,9 +231,9 @@ def _add_train(sub) -> None:
     p.add_argument("--zero-state-share", type=share,
                    help="of the rows whose window begins a sentence, the share started from zeros, as inference "
                         "starts every sentence (default 1; 0: bilm-tf's way); may change on --resume")
-    p.add_argument("--tokenize", default=None, help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with "
-                                                    "the model, kept on resume and --init-from, used by embed, show "
-                                                    "and perplexity")
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
+                   help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with the model, kept on resume "
+                        "and --init-from, used by embed, show and perplexity")
     p.add_argument("--nproc", type=lambda text: count(text, 0, 1024), default=0, help="processes on this machine (runs torchrun)")
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
@@ -242,7 +251,8 @@ def _add_language_model_commands(sub) -> None:
     p.add_argument("--zero-state", action="store_true",
                    help="read every sentence on its own from the zero state, as embedding does (--batch-size unused)")
     p.add_argument("--max-sentences", type=count)
-    p.add_argument("--tokenize", default=None, help="default: the tokenizer the model was trained with")
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
+                   help="default: the tokenizer the model was trained with")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_perplexity)
@@ -251,7 +261,7 @@ def _add_language_model_commands(sub) -> None:
     p.add_argument("vocab", help="the biLM's vocabulary file (from `elmo vocab build`)")
     p.add_argument("--train", nargs="+", required=True, help="the training text")
     p.add_argument("--eval", nargs="+", required=True, help="held-out files, each scored separately")
-    p.add_argument("--tokenize", default=None)
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES)
     p.set_defaults(func=cmd_baselines)
 
     p = sub.add_parser("score", help="log-probability of sentences under the forward and backward LMs")

@@ -63,6 +63,7 @@ class Vocabulary:
     def __init__(self, words: Iterable[str], source: str | Path | None = None) -> None:
         """``source``: the file the words came from, named in errors."""
         self.words = list(words)
+        self.source = source
         self.index = {w: i for i, w in enumerate(self.words)}
         for special in SPECIALS:
             if special not in self.index:

@@ -145,13 +145,14 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             check_optimizer_record(plain, root / "optimizer.json")
             optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")), plain)
         settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
+        vocab = Vocabulary.load(root / "vocab.txt")  # the softmax's words: without them it cannot go on
     except ModelFileError:
         raise
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root}: damaged checkpoint ({err}); move it away and resume from the run's "
                              f"previous checkpoint") from None
     check_trainer_record(settings["trainer.json"], root / "trainer.json")
-    return Checkpoint(root, bilm, softmax, Vocabulary.load(root / "vocab.txt"), settings["train_config.json"],
+    return Checkpoint(root, bilm, softmax, vocab, settings["train_config.json"],
                       optimizer, tensors, settings["trainer.json"])
 
 
@@ -188,6 +189,9 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
         raise ModelFileError(f"{files.name or files.folder}: {what} no softmax, so it is no language model (scoring "
                              f"and export need one); give a training checkpoint, a run folder or an `elmo export` "
                              f"folder")
+    if not files.vocab.exists():  # a softmax's rows mean nothing without their words
+        raise ModelFileError(f"{files.vocab}: missing beside {files.softmax.name}, whose rows are its words; put back "
+                             f"the vocab.txt this model was trained with (its run's checkpoints hold it)")
     bilm = load_files(files)
     vocab = Vocabulary.load(files.vocab)
     with torch.device("meta"):  # no memory until the file's tensors, checked against the vocabulary, are assigned

@@ -51,7 +51,13 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "TrainConfig":
-        train = dict(data.get("train", {}))
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: a training config holds the tables [train] and [model], got "
+                              f"{type(data).__name__}")
+        train = data.get("train", {})
+        if not isinstance(train, dict):  # `train = 5` or [[train]]: dict() would fail, or pair up a table's keys
+            raise ConfigError(f"{source}: [train] must be a table of settings (key = value lines), got "
+                              f"{type(train).__name__}")
         known = {f.name for f in fields(cls)} - {"model"}
         unknown = sorted(set(train) - known)
         if unknown:
@@ -99,6 +105,8 @@ class TrainConfig:
         batch shapes, the optimiser or the model cannot change on an exact resume: asking for it is an error.
         """
         given = {k: v for k, v in given.items() if v is not None}
+        if given.get("tokenize") == "whitespace" and self.tokenize is None:  # one way of splitting, said two ways
+            del given["tokenize"]
         fixed = sorted(k for k in given if k not in RUN_SETTINGS and getattr(self, k) != given[k])
         if fixed:
             raise ConfigError(f"cannot change {', '.join(fixed)} when resuming (the checkpoint continues exactly "
@@ -130,8 +138,8 @@ class TrainConfig:
             path = preset
         try:
             text = path.read_text(encoding="utf-8")
-            data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+            data = json.loads(text, object_pairs_hook=_unique_keys) if path.suffix == ".json" else tomllib.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError, ConfigError) as err:
             raise ConfigError(f"{path}: {err}") from None
         except UnicodeDecodeError as err:
             raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); is this a training config?") from None
@@ -157,7 +165,7 @@ _NUMBER = (int, float)
 _RULES: dict[str, tuple[type | tuple, float, bool]] = {  # key -> (type, bound, whether the bound itself is excluded)
     "batch_size": (int, 1, False), "unroll_steps": (int, 1, False), "n_negative_samples": (int, 1, False),
     "learning_rate": (_NUMBER, 0, True), "initial_accumulator": (_NUMBER, 0, False), "clip_norm": (_NUMBER, 0, True),
-    "dropout": (_NUMBER, 0, False), "max_steps": (int, 0, False), "max_minutes": (_NUMBER, 0, True),
+    "dropout": (_NUMBER, 0, False), "max_steps": (int, 1, False), "max_minutes": (_NUMBER, 0, True),
     "checkpoint_every": (int, 1, False), "keep_checkpoints": (int, 1, False), "log_every": (int, 1, False),
     "seed": (int, 0, False), "chunk_size": (int, 1, False), "max_bad_steps": (int, 1, False),
     "zero_state_share": (_NUMBER, 0, False), "freeze_bilm_steps": (int, 0, False),
@@ -167,18 +175,41 @@ _UPPER = {"batch_size": MAX_BATCH_SIZE, "unroll_steps": 100_000, "n_negative_sam
           "max_minutes": MAX_MINUTES, "keep_checkpoints": 1_000_000, "chunk_size": 100_000_000, "seed": 2**62,
           "learning_rate": 1e6, "initial_accumulator": 1e6, "clip_norm": 1e12}
 _OPTIONAL = {"max_steps", "max_minutes", "freeze_bilm_steps"}  # None: no limit (freeze_bilm_steps: the default)
+_TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"model"}  # the keys of [train]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of the pairs, refusing a key given twice: ``json`` keeps the last value, so the first one
+    would be dropped without a word (TOML refuses a repeated key itself)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ConfigError(f"the key {key!r} is given twice in one object ({data[key]!r}, then {value!r}); "
+                              f"keep one")
+        data[key] = value
+    return data
 
 
 def _model(table: Any, source: str) -> ElmoConfig:
     """The [model] table: ``preset = "small"`` (a size from ``elmo.config.PRESETS``, the one table of named sizes)
-    or the full [model.lstm] and [model.char_cnn] tables."""
-    if isinstance(table, dict) and "preset" in table:
+    or the full [model.lstm] and [model.char_cnn] tables, and nothing else: a training setting there (bilm-tf's
+    options.json keeps ``dropout`` and ``unroll_steps`` beside the sizes) would otherwise be passed over unread,
+    and the run would train with the [train] value or the default."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [model] must be a table: preset = NAME, or the [model.lstm] and "
+                          f"[model.char_cnn] tables; got {type(table).__name__}")
+    if "preset" in table:
         name, rest = table["preset"], sorted(set(table) - {"preset"})
         if rest:
             raise ConfigError(f"{source}: [model] has preset = {name!r} and {rest[0]!r}; give a preset or the "
                               f"[model.lstm] and [model.char_cnn] tables, not both")
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ConfigError(f"{source}: [model] preset {name!r} is not a model size; known: {', '.join(PRESETS)}")
         return PRESETS[name]
+    if extra := sorted(set(table) - {"lstm", "char_cnn"}):
+        where = ("a training setting: move it to [train]" if extra[0] in _TRAIN_KEYS else
+                 "not read there: [model] holds the [model.lstm] and [model.char_cnn] tables only (or a preset)")
+        raise ConfigError(f"{source}: [model] holds {extra[0]!r}, {where}")
     return ElmoConfig.from_options(table, source=source, strict=True)
+
 

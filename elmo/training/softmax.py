@@ -17,7 +17,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmo.errors import UsageError
+from elmo.limits import MAX_SOFTMAX_PARAMETERS
 from elmo.training.row_gradients import RowGradients
+
+
+def check_softmax_size(vocab_size: int, dim: int, source: str) -> None:
+    """A UsageError naming ``source`` (the vocabulary) when a softmax over its words would be over
+    ``MAX_SOFTMAX_PARAMETERS``: checked before the (V, P) weights are drawn, which would otherwise take the
+    machine's memory (and as much again for Adagrad) and fail deep inside torch, or be killed."""
+    if (n := vocab_size * (dim + 1)) > MAX_SOFTMAX_PARAMETERS:
+        most = MAX_SOFTMAX_PARAMETERS // (dim + 1)
+        raise UsageError(f"{source}: {vocab_size:,} words x {dim + 1} (the projection and a bias) make a softmax of "
+                         f"{n:,} parameters, over the limit of {MAX_SOFTMAX_PARAMETERS:,}: build a vocabulary of at "
+                         f"most {most:,} words (`elmo vocab build --max-size {most}`)")
 
 
 class LMSoftmax(nn.Module):

@@ -38,7 +38,7 @@ from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
 from elmo.training.run_start import Distributed, settle_run
-from elmo.training.softmax import LogUniformSampler
+from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
 _ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
@@ -79,6 +79,7 @@ class Trainer:
             tokenizer = get_tokenizer(config.tokenize)
         if vocab is None:
             raise UsageError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
+        check_softmax_size(len(vocab), config.model.lstm.projection_dim, str(vocab.source or "the vocabulary"))
         self.config, self.vocab = config, vocab
         torch.manual_seed(config.seed + self.env.rank)  # dropout differs per rank, and so do the negatives
         self._build_model(checkpoint, start)
