@@ -13,6 +13,7 @@ import logging
 import re
 import shutil
 import tempfile
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, NamedTuple, Sequence, Union
@@ -137,11 +138,8 @@ class Embedder:
         if pooling not in (None, "mean", "max"):
             raise UsageError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
         single, token_lists = self._token_lists(sentences, split_into_words)
-        results: list[np.ndarray | None] = [None] * len(token_lists)
-        for indices, arrays in self._batched(token_lists, layers, pooling, batch_size, progress):
-            for index, array in zip(indices, arrays):
-                results[index] = array
-        return results[0] if single else results  # type: ignore[return-value]
+        results = self._in_order(token_lists, layers, pooling, batch_size, progress)
+        return results[0] if single else results
 
     def encode(self, sentences: Text, layers: Layers = "average", pooling: str = "mean", *,
                batch_size: int | None = None, normalize: bool = False, progress: bool = False,
@@ -164,10 +162,7 @@ class Embedder:
                              f"got {pooling!r}")
         layers = check_layers(layers, self.bilm.config.n_output_layers)
         single, token_lists = self._token_lists(sentences, split_into_words)
-        pooled: list[np.ndarray | None] = [None] * len(token_lists)
-        for indices, arrays in self._batched(token_lists, layers, pooling, batch_size, progress):
-            for index, array in zip(indices, arrays):
-                pooled[index] = array  # (2P,) or (L+1, 2P)
+        pooled = self._in_order(token_lists, layers, pooling, batch_size, progress)  # (2P,) or (L+1, 2P) each
         shape = (self.bilm.config.n_output_layers, self.dim) if layers == "all" else (self.dim,)
         out = np.stack(pooled) if pooled else np.zeros((0, *shape), np.float32)  # (N, 2P) or (N, L+1, 2P)
         if normalize:
@@ -209,14 +204,16 @@ class Embedder:
         return self.embed(self.tokenize(batch), split_into_words=False)
 
     def embed_sentences(self, sentences: Iterable[str | Sequence[str]], batch_size: int = 64) -> Iterator[np.ndarray]:
-        """Lazily, in input order, ``batch_size`` sentences at a time: any number of sentences in bounded memory."""
+        """Lazily, in input order, ``batch_size`` sentences at a time: any number of sentences in bounded memory.
+        An error names a sentence by its place in the whole input, not in the group of ``batch_size`` it came in."""
         if isinstance(sentences, (str, bytes)) or not hasattr(sentences, "__iter__"):
             raise InputTypeError(f"embed_sentences takes an iterable of sentences, got {type(sentences).__name__}; "
                                  f"for one string use embed_sentence")
         _check_batch_size(batch_size)
-        iterator = iter(sentences)
+        iterator, first = iter(sentences), 0
         while chunk := list(islice(iterator, batch_size)):
-            yield from self.embed_batch(chunk)
+            yield from self._in_order(self.tokenize(chunk, first=first), "all", None, None, False, first)
+            first += len(chunk)
 
     def embed_file(self, input_file: str | Path | IO, output_file_path: str | Path, output_format: str = "all",
                    batch_size: int = 64, forget_sentences: bool = False, use_sentence_keys: bool = False,
@@ -229,29 +226,33 @@ class Embedder:
         embedder's tokenizer, unless ``tokenize`` asks: a name ("en", "ko", "ko-morph", "whitespace"), "model" for
         the model's own (``bilm.tokenizer_name``), or a function (``tokenize=embedder.tokenizer``). The HDF5 file
         records the model, its weights' sha256, the layers and the tokenizer as attributes (``embed_file``).
-        ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD instead of stopping at them."""
-        if hasattr(input_file, "read"):  # the file is read twice (count, then embed): copy an open one first
-            check_errors(errors)
-            check_open_input(input_file, output_file_path)  # the copy is another file: compare the user's
-            with tempfile.TemporaryDirectory() as folder:
-                copy = Path(folder) / "input.txt"
-                mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
-                with open(copy, mode, encoding=encoding) as out:
-                    shutil.copyfileobj(input_file, out)
-                try:
-                    return self.embed_file(copy, output_file_path, output_format, batch_size, forget_sentences,
-                                           use_sentence_keys, progress, tokenize=tokenize, errors=errors)
-                except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
-                    if err.args and isinstance(err.args[0], str):
-                        err.args = (err.args[0].replace(str(copy), str(getattr(input_file, "name", "the open file"))),
-                                    *err.args[1:])
-                    raise
-        return embed_file(self.engine, input_file, output_file_path, output_format, batch_size, forget_sentences,
-                          use_sentence_keys, errors=errors, progress=progress, device=self.device, tokenize=tokenize,
-                          model_name=self.model_name)
+        ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD instead of stopping at them. A run that fails
+        keeps its finished parts for ``elmo embed --resume`` when the input is a path; an open file is read from a
+        temporary copy that no later run can read again, so its parts are removed."""
+        write = partial(embed_file, self.engine, output_path=output_file_path, layers=output_format,
+                        batch_size=batch_size, forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys,
+                        errors=errors, progress=progress, device=self.device, tokenize=tokenize,
+                        model_name=self.model_name)
+        if not hasattr(input_file, "read"):
+            return write(input_file)
+        check_errors(errors)  # the file is read twice (count, then embed): an open one is copied first
+        check_open_input(input_file, output_file_path)  # the copy is another file: compare the user's
+        with tempfile.TemporaryDirectory() as folder:
+            copy = Path(folder) / "input.txt"
+            mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
+            with open(copy, mode, encoding=encoding) as out:
+                shutil.copyfileobj(input_file, out)
+            try:
+                return write(copy, resumable=False)
+            except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
+                if err.args and isinstance(err.args[0], str):
+                    err.args = (err.args[0].replace(str(copy), str(getattr(input_file, "name", "the open file"))),
+                                *err.args[1:])
+                raise
 
-    def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
-        """A batch as token lists: each string through the tokenizer, each token list as given."""
+    def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]], *, first: int = 0) -> list[list[str]]:
+        """A batch as token lists: each string through the tokenizer, each token list as given. ``first``: the
+        number of the batch's first sentence in the caller's input, so that an error names the right one."""
         if isinstance(sentences, (str, bytes)) or sentences is None or not hasattr(sentences, "__iter__"):
             raise InputTypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
         out = []
@@ -259,7 +260,7 @@ class Embedder:
             if isinstance(sentence, str):
                 out.append(tokens_of(self.tokenizer, sentence))
             elif isinstance(sentence, (bytes, type(None))) or not hasattr(sentence, "__iter__"):
-                raise InputTypeError(f"sentence {index}: expected a string or a list of tokens, got "
+                raise InputTypeError(f"sentence {first + index}: expected a string or a list of tokens, got "
                                 f"{type(sentence).__name__}")
             else:
                 out.append(list(sentence))
@@ -306,21 +307,30 @@ class Embedder:
                              f"{n} one-word sentences with split_into_words=False")
         return False, self.tokenize(items)
 
+    def _in_order(self, token_lists: list[list[str]], layers: Layers, pooling: str | None, batch_size: int | None,
+                  progress: bool, first: int = 0) -> list[np.ndarray]:
+        """``_batched``'s arrays put back in the order of ``token_lists``."""
+        results: list[np.ndarray | None] = [None] * len(token_lists)
+        for indices, arrays in self._batched(token_lists, layers, pooling, batch_size, progress, first):
+            for index, array in zip(indices, arrays):
+                results[index] = array
+        return results  # type: ignore[return-value]
+
     def _batched(self, token_lists: list[list[str]], layers: Layers, pooling: str | None, batch_size: int | None,
-                 progress: bool) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+                 progress: bool, first: int = 0) -> Iterator[tuple[list[int], list[np.ndarray]]]:
         """(indices, arrays) of each forward pass, longest sentences first; the one batching every method shares,
         so that ``embed``, ``encode`` and ``embed_padded`` give the same numbers. A sentence over
         ``MAX_TOKENS_PER_LINE`` tokens is refused before any work; NaN or infinite vectors are an error naming the
-        sentences (``allow_non_finite=True``: a warning)."""
+        sentences (``allow_non_finite=True``: a warning), numbered from ``first`` (``embed_sentences``' groups)."""
         long = next((i for i, tokens in enumerate(token_lists) if len(tokens) > MAX_TOKENS_PER_LINE), None)
         if long is not None:
-            raise UsageError(f"sentence {long}: {len(token_lists[long]):,} tokens, above the limit of "
+            raise UsageError(f"sentence {first + long}: {len(token_lists[long]):,} tokens, above the limit of "
                              f"{MAX_TOKENS_PER_LINE:,}; split it into sentences")
         batches = self.batches(token_lists, batch_size)
         with tqdm(total=len(token_lists), unit="sent", disable=not progress) as bar:
             for indices in batches:
                 arrays = self.embed_tokens([token_lists[i] for i in indices], layers, pooling)
-                bad = [i for i, array in zip(indices, arrays) if not np.isfinite(array).all()]
+                bad = [first + i for i, array in zip(indices, arrays) if not np.isfinite(array).all()]
                 if bad:
                     message = (f"sentence{'s' if len(bad) > 1 else ''} {', '.join(map(str, sorted(bad)[:5]))}: NaN "
                                f"or infinite vectors (the model's weights overflow float32 on them)")

@@ -82,15 +82,16 @@ def read_lines(path: str | Path, errors: str = "strict",
 
 
 def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, non_finite: str,
-                     errors: str) -> None:
-    """``embed_file``'s arguments, each refused in one line before anything is read or written."""
+                     errors: str) -> Path:
+    """``embed_file``'s arguments, each refused in one line before anything is read or written; returns the file
+    to write (``_check_paths``)."""
     if not is_whole(batch_size, 1, MAX_BATCH_SIZE):
         raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
     if non_finite not in ("error", "warn"):
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
     check_errors(errors)
-    _check_paths(path_argument(input_path, "embed_file: the input"),
-                 path_argument(output_path, "embed_file: the output"))
+    return _check_paths(path_argument(input_path, "embed_file: the input"),
+                        path_argument(output_path, "embed_file: the output"))
 
 
 def check_errors(errors: object) -> None:
@@ -153,7 +154,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    _check_arguments(input_path, output_path, batch_size, non_finite, errors)
+    output_path = _check_arguments(input_path, output_path, batch_size, non_finite, errors)  # a link: its target
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)
@@ -252,20 +253,24 @@ def _check_finite(arrays: list[np.ndarray], chunk: list["Line"], input_path: str
     raise NonFiniteVectorsError(f"{message}; check the model, or pass --allow-non-finite to keep them")
 
 
-def _check_paths(input_path: Path, output_path: Path) -> None:
-    """Refuse, before any work, an input that cannot be read twice and an output that is a folder or the input."""
+def _check_paths(input_path: Path, output_path: Path) -> Path:
+    """Refuse, before any work, an input that cannot be read twice and an output that is a folder or the input.
+    Returns the file to write: the output itself, or the file a symbolic link names, so that the merge's rename
+    replaces that file and keeps the link (renaming onto the link's name would put a file in the link's place and
+    leave its target as it was), and the parts, the lock and the merged file lie beside it, on its file system."""
     if input_path.exists() and not input_path.is_file():
         raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
                              f"check it, then to embed it): save it to a file first")
     if output_path.is_dir():
         raise InputFileError(f"{output_path}: is a folder; give the output file's name (e.g. {output_path / 'out.hdf5'})")
-    writable_file(output_path)  # not a device or a pipe, which the merged file's rename would replace
-    if same_file(output_path, input_path):
+    target = writable_file(output_path)  # not a device or a pipe, which the merged file's rename would replace
+    if same_file(target, input_path):
         raise InputFileError(f"{output_path}: the output would overwrite the input; give another output file")
-    parts = Path(str(output_path) + ".parts").resolve()
+    parts = Path(str(target) + ".parts").resolve()
     if parts in input_path.resolve().parents:
         raise InputFileError(f"{input_path}: is inside {parts}, the folder where elmo keeps this output's parts; "
                              f"move the input, or choose another output file")
+    return target
 
 
 def resolve_tokenize(tokenize: Tokenize, bilm: BiLM) -> tuple[Callable[[str], list[str]] | None, str]:
