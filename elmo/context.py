@@ -187,7 +187,7 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingDependencyError("plotting needs matplotlib: pip install 'elmo[plot]'") from None
+        raise MissingDependencyError("plotting needs matplotlib: pip install 'elmo-bilm[plot]'") from None
 
     n_layers = found[0].vectors.shape[0]
     names = list(layer_names or [f"layer {k}" for k in range(n_layers)])

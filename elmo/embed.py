@@ -112,6 +112,10 @@ class Embedder:
         """From a name ("en" — the default —, "ko", "small", "original", ...), our model directory, or the
         official ``options`` + ``weights`` files. Raw text goes through the model's own tokenizer
         (``bilm.tokenizer_name``) unless ``tokenizer=`` says otherwise; other keywords go to ``Embedder``."""
+        if "stateful" in kwargs:  # a keyword of Elmo.from_pretrained and load_bilm, not of Embedder
+            raise UsageError("Embedder runs every sentence from the zero state (it sorts sentences into batches), so "
+                             "it takes no stateful=; for AllenNLP's carried state use Elmo.from_pretrained(..., "
+                             "stateful=True) or `elmo embed --stateful`")
         embedder = cls(load_bilm(model, options, weights), **kwargs)
         embedder.model_name = model_reference(model, options, weights)
         return embedder

@@ -233,7 +233,7 @@ def _add_train(sub) -> None:
                         "starts every sentence (default 1; 0: bilm-tf's way); may change on --resume")
     p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
                    help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with the model, kept on resume "
-                        "and --init-from, used by embed, show and perplexity")
+                        "and --init-from, used by show and perplexity (and by embed with --tokenize model)")
     p.add_argument("--nproc", type=lambda text: count(text, 0, 1024), default=0, help="processes on this machine (runs torchrun)")
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")

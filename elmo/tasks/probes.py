@@ -40,7 +40,7 @@ def train_word2vec(sentences: Iterable[Sequence[str]], out: str | Path, dim: int
     try:
         from gensim.models import Word2Vec
     except ImportError:
-        raise MissingDependencyError("the static baseline needs gensim: pip install gensim") from None
+        raise MissingDependencyError("the static baseline needs gensim: pip install 'elmo-bilm[probe]'") from None
 
     corpus = [list(s) for s in sentences if s]
     counts = Counter(token for sentence in corpus for token in sentence)

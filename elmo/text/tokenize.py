@@ -180,11 +180,11 @@ def korean_tokenize(text: str) -> list[str]:
 
 
 def korean_morpheme_tokenizer() -> Tokenizer:
-    """Morpheme tokens from kiwipiepy (``pip install elmo[korean]``); eojeol (whitespace) is the default."""
+    """Morpheme tokens from kiwipiepy (``pip install 'elmo-bilm[korean]'``); eojeol (whitespace) is the default."""
     try:
         from kiwipiepy import Kiwi
     except ImportError:
-        raise MissingDependencyError("the Korean morpheme tokenizer needs kiwipiepy: pip install 'elmo[korean]' "
+        raise MissingDependencyError("the Korean morpheme tokenizer needs kiwipiepy: pip install 'elmo-bilm[korean]' "
                           "(or use --tokenize ko, which splits on whitespace into eojeol)") from None
     kiwi = Kiwi()
     return lambda text: [token.form for token in kiwi.tokenize(text)]

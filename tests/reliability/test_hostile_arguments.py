@@ -137,3 +137,9 @@ def test_a_model_that_would_not_load_again_is_not_written(model, tmp_path, value
         bilm.char_encoder.projection.weight[0, 0] = 1.0  # a finite model is written and loads again
     save_model(bilm, tmp_path / "fine", dtype=getattr(torch, dtype) if dtype else None)
     assert load_bilm(tmp_path / "fine") is not None
+
+
+def test_embedder_from_pretrained_refuses_stateful_naming_where_it_belongs(model):
+    """Embedder sorts sentences into batches: a stateful biLM would give each sentence its neighbours' state."""
+    with pytest.raises(ElmoError, match=r"Elmo.from_pretrained\(\.\.\., stateful=True\)"):
+        Embedder.from_pretrained(model, stateful=True)
