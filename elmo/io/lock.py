@@ -24,6 +24,10 @@ class InUseError(ElmoError, RuntimeError):
     """Another process is writing the same output."""
 
 
+class NotWritableError(ElmoError, OSError):
+    """The output's folder does not take new files (read-only, no permission, full)."""
+
+
 class OutputLock:
     """Hold ``lock_file`` exclusively; ``what`` names the output in the refusal. Re-entrant within one process."""
 
@@ -40,7 +44,11 @@ class OutputLock:
             held._count += 1
             return held
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except (PermissionError, OSError) as err:  # the first file elmo makes beside the output: name the output
+                raise NotWritableError(f"{self.what}: cannot write in {self.path.parent} ({err.strerror or err}); "
+                                       f"choose an output in a folder you can write to") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

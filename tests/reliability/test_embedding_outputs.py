@@ -1,15 +1,19 @@
 """What embedding writes and returns: an output named through a symbolic link, errors of the lazy
 ``embed_sentences`` naming the sentence by its place in the whole input, and a failed ``Embedder.embed_file`` of an
-open file leaving no parts that no run could ever resume from."""
+open file leaving no parts that no run could ever resume from, and an output folder that takes no files."""
 
 import os
 
 import h5py
 import pytest
 
+import elmo.io.lock
 from elmo import Embedder
 from elmo.errors import ElmoError
-from tests.reliability.tiny import cli, interrupt_after_chunks, litter, text_file, tiny_model
+from tests.conftest import OPTIONS, WEIGHTS
+from tests.reliability.tiny import cli, interrupt_after_chunks, litter, one_error_line, text_file, tiny_model
+
+MODEL = ["--options", str(OPTIONS), "--weights", str(WEIGHTS)]
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +58,27 @@ def test_a_failed_embed_file_of_an_open_file_leaves_no_parts(model, tmp_path, mo
     with open(text, mode) as handle:
         assert Embedder.from_pretrained(model).embed_file(handle, tmp_path / "out.hdf5", progress=False) == 1100
     assert litter(tmp_path) == ["in.txt", "out.hdf5"]
+
+
+class _ReadOnlyFolderOs:
+    """``os`` as elmo.io.lock sees it in a folder that takes no new files (a read-only mount: root is refused too)."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    @staticmethod
+    def open(path, flags, mode=0o777):
+        if flags & os.O_CREAT and not os.path.exists(path):
+            raise PermissionError(13, "Read-only file system", str(path))
+        return os.open(path, flags, mode)
+
+
+def test_an_output_in_a_folder_that_takes_no_files_is_named_in_one_line(tmp_path, capsys, monkeypatch):
+    """The lock is the first file elmo makes beside the output: its error names the output and what to do, not
+    elmo's hidden lock file."""
+    (tmp_path / "in.txt").write_text("the bank\n", encoding="utf-8")
+    monkeypatch.setattr(elmo.io.lock, "os", _ReadOnlyFolderOs())
+    rc, err = cli(capsys, "embed", tmp_path / "in.txt", tmp_path / "out.hdf5", "--top", "--quiet", *MODEL)
+    assert rc == 1
+    line = one_error_line(err, f"{tmp_path / 'out.hdf5'}: cannot write in {tmp_path}", "a folder you can write to")
+    assert ".lock" not in line

@@ -160,3 +160,16 @@ def test_a_vocabulary_too_large_for_a_softmax_is_refused_before_it_is_allocated(
     assert rc == 1
     one_error_line(err, "vocab.txt", "over the limit of 100", "--max-size")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--max-steps", "1"], "give the training text"),  # no files and no --resume
+    (["TEXT", "--max-steps", "1"], "a vocabulary is needed: pass --vocab"),  # a new run without --vocab
+])
+def test_a_training_command_line_without_text_or_vocabulary_is_a_usage_error(tmp_path, capsys, args, fragment):
+    """Both are a command line's mistakes (exit 2), found before the run folder is made."""
+    (tmp_path / "t.txt").write_text("a b c\n", encoding="utf-8")
+    args = [str(tmp_path / "t.txt") if a == "TEXT" else a for a in args]
+    rc, err = cli(capsys, "train", *args, "--out", tmp_path / "run")
+    assert rc == 2 and fragment in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
