@@ -53,9 +53,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     if not args.resume and not args.files:  # a resumed run reads the files its checkpoint names
         raise CommandLineError("give the training text: one or more files or globs (or --resume RUN to go on with "
                                "a run's own files)")
+    config, given = _train_settings(args)  # a config file's own errors first
     if not args.resume and not args.init_from and not args.vocab:  # those two bring their vocabulary
         raise CommandLineError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
-    config, given = _train_settings(args)
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
     if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # settings checked above, once
         _relaunch_with_torchrun(args.nproc)
