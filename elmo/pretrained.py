@@ -16,9 +16,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmo.config import ConfigError, ElmoConfig
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import DownloadError, cache_dir, fetch, sha256_of
+from elmo.io.file_kinds import describe_file, is_weight_file
 from elmo.io.model_files import ModelFiles
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"
@@ -111,6 +113,26 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
                             f"--model or --init-from), or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
     # a file without a record was never trusted: download afresh (it is replaced only by a complete download)
     path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False, fresh=True)
+    _check_first_download(url, path)
     with atomic_path(record) as tmp:
         tmp.write_text(sha256_of(path) + "\n", encoding="utf-8")
     return path
+
+
+def _check_first_download(url: str, path: Path) -> None:
+    """Before an unpinned download is trusted (its hash recorded), check that it is what its name says: the options
+    a model's JSON, the weights bilm-tf's HDF5. A proxy's or a server's HTML page saved in its place would otherwise be
+    trusted, and fail to load on every later use. A file that is not is removed (this download made it)."""
+    if path.suffix == ".json":
+        try:
+            ElmoConfig.from_file(path)
+            return
+        except ConfigError:
+            pass
+    elif is_weight_file(path):
+        return
+    kind = describe_file(path)
+    path.unlink(missing_ok=True)
+    what = "options" if path.suffix == ".json" else "weights"
+    raise DownloadError(f"{url}: the download is {kind}, not the model's {what}; nothing was kept: try again later, "
+                        f"or download it yourself and pass the local files")

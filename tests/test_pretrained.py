@@ -72,6 +72,23 @@ def test_unpinned_official_models_need_consent_then_are_pinned_on_first_use(offi
         load_bilm("small")
 
 
+@pytest.mark.parametrize("which", ["options", "weights"])
+def test_a_first_download_that_is_no_model_file_is_not_trusted(official_small, monkeypatch, which):
+    """An error page served in place of the file: not kept, no hash recorded, so a later good download is used."""
+    entry, served, _ = official_small
+    monkeypatch.setenv("ELMO_ALLOW_UNPINNED", "1")
+    name = f"elmo_{entry.folder}_{'options.json' if which == 'options' else 'weights.hdf5'}"
+    good = (served / name).read_bytes()
+    (served / name).write_bytes(b"<!DOCTYPE html><html><body>Service unavailable</body></html>\n")
+    with pytest.raises(DownloadError, match=f"the download is an HTML/XML page.*not the model's {which}"):
+        load_bilm("small")
+    cached = pretrained.cache_dir() / entry.folder
+    assert not (cached / name).exists() and not (cached / (name + ".sha256")).exists()
+    (served / name).write_bytes(good)  # the server is fixed: the next use downloads and trusts the real file
+    load_bilm("small")
+    assert (cached / (name + ".sha256")).is_file()
+
+
 def test_offline_the_cli_says_how_to_pass_local_files(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(pretrained, "_S3", "http://127.0.0.1:9")  # nothing listens on port 9
     monkeypatch.setenv("ELMO_CACHE", str(tmp_path))
