@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import warnings
 from dataclasses import fields, replace
+from pathlib import Path
 
 from elmo.cli.common import (STDIO, CommandLineError, add_model_args, batch_size, count, load_model, minutes, sentences,
                              share, vocabulary_size, whole)
+from elmo.cli.graceful_stop import EXIT_CODES, stop_after_step_on_signals, wait_passing_signals
 from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
@@ -24,7 +25,7 @@ from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
 from elmo.training.export import dump_token_embeddings, export_checkpoint
 from elmo.training.lm import LanguageModel
-from elmo.training.trainer import Trainer
+from elmo.training.trainer import STOP_NAME, Trainer
 
 # what --tokenize takes ("none": whitespace, as "whitespace"): a name outside it is a usage error (exit 2), caught by
 # argparse before any work, as `elmo embed --tokenize` is
@@ -58,12 +59,20 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise CommandLineError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
     if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # settings checked above, once
-        _relaunch_with_torchrun(args.nproc)
+        _relaunch_with_torchrun(args.nproc, Path(args.out) / STOP_NAME)
         return
     trainer = Trainer(config, args.files, args.out, vocab=vocab,
                       resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet,
                       given=given)
-    history = trainer.train()
+    with stop_after_step_on_signals(trainer, announce=trainer.env.main):
+        history = trainer.train()
+    if trainer.stop_requested is not None:  # not what was asked for: exit non-zero, saying where the run stands
+        if trainer.env.main:
+            print(f"stopped ({trainer.stop_requested}) at step {trainer.step}"
+                  + (f": checkpoint in {args.out}; go on with --resume {args.out}" if history else
+                     ", before its first step: nothing trained"), file=sys.stderr)
+        # under torchrun a stop is no failure of the workers': the launching `elmo train --nproc` gives the code
+        raise SystemExit(0 if trainer.env.world > 1 else EXIT_CODES.get(trainer.stop_requested, EXIT_CODES["SIGTERM"]))
     if history and trainer.env.main:
         print(f"step {trainer.step}: loss {history[-1]['loss']:.4f}, checkpoints in {args.out}", file=sys.stderr)
     elif trainer.env.main and trainer.config.max_steps is not None and trainer.step >= trainer.config.max_steps:
@@ -98,8 +107,9 @@ def _train_settings(args: argparse.Namespace) -> tuple[TrainConfig, dict]:
     return config, given
 
 
-def _relaunch_with_torchrun(nproc: int) -> None:
-    """Run this command line again under torchrun, ``nproc`` processes on this machine."""
+def _relaunch_with_torchrun(nproc: int, stop_file: Path) -> None:
+    """Run this command line again under torchrun, ``nproc`` processes on this machine (``stop_file``: where a Ctrl-C
+    or SIGTERM is passed on to them, ``wait_passing_signals``)."""
     argv, skip = [], False  # drop --nproc: torchrun would read it as its own (abbreviated) option
     for arg in sys.argv[1:]:
         if skip:
@@ -110,7 +120,7 @@ def _relaunch_with_torchrun(nproc: int) -> None:
             argv.append(arg)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "elmo", *argv]
-    raise SystemExit(subprocess.call(command))
+    raise SystemExit(wait_passing_signals(command, stop_file))
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:

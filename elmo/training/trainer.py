@@ -41,6 +41,7 @@ from elmo.training.run_start import Distributed, settle_run
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
+STOP_NAME = ".stop"  # in the run folder: stop after the step under way (its text: why); removed when honoured
 _ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
 
 
@@ -92,6 +93,7 @@ class Trainer:
         self.states = self.model.zero_states(config.batch_size, self.device)
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
         self.bad_steps = 0  # consecutive batches skipped for a non-finite loss
+        self.stop_requested: str | None = None  # why the run is to stop after its current step (request_stop)
         if checkpoint is not None:
             self._restore(checkpoint)
         self.ddp = self._wrap_for_processes()
@@ -305,8 +307,7 @@ class Trainer:
     def _train(self) -> list[dict[str, float]]:
         cfg = self.config
         history: list[dict[str, float]] = []
-        start, start_step = time.monotonic(), self.step
-        elapsed_before = self.elapsed
+        start, start_step, elapsed_before = time.monotonic(), self.step, self.elapsed
         log = (self.out_dir / "metrics.jsonl") if self.env.main else None
         if log:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -334,22 +335,36 @@ class Trainer:
                 self.save()
         bar.close()
         if self.step > start_step and self.step % cfg.checkpoint_every != 0:
-            self.save()
+            self.save()  # the end, a time limit or a stop request: the last steps are kept
         return history
+
+    def request_stop(self, reason: str | None = None) -> None:
+        """Stop after the step under way, with a checkpoint, as at the run's end (``reason``: e.g. "SIGTERM"). It only
+        sets a flag (safe in a signal handler); the first rank to see it stops every rank. Without a reason: the
+        request of a ``.stop`` file in the run folder (``elmo train --nproc`` writes one on Ctrl-C or SIGTERM; a user
+        may), if there is one; it is consumed, so that a resume does not stop again."""
+        if reason is None and self.env.main and (stop := self.out_dir / STOP_NAME).is_file():
+            reason = stop.read_text(encoding="utf-8", errors="replace").strip()[:40] or STOP_NAME
+            stop.unlink(missing_ok=True)
+        self.stop_requested = self.stop_requested or reason
 
     def _sync(self, start: float, metrics: dict[str, float] | None = None) -> tuple[dict[str, float] | None, bool]:
         """Whether --max-minutes is reached, and the step's losses over the whole global batch (each process
         computes its own rows' share). With several processes one all-reduce settles both: a process that stopped
         alone would wait forever for the others' checkpoint state, and they for its step."""
         up = self.config.max_minutes is not None and (time.monotonic() - start) / 60 >= self.config.max_minutes
+        self.request_stop()  # a .stop file's request, if any
         if self.env.world == 1:
-            return metrics, up
+            return metrics, up or self.stop_requested is not None
         names = [k for k in ("loss", "forward", "backward") if metrics and k in metrics]
-        values = torch.tensor([*(metrics[k] for k in names), float(up)], dtype=torch.float64, device=self.device)
+        values = torch.tensor([*(metrics[k] for k in names), float(up), float(self.stop_requested is not None)],
+                              dtype=torch.float64, device=self.device)
         dist.all_reduce(values)
         if metrics is not None:
             metrics = metrics | {k: float(v) / self.env.world for k, v in zip(names, values)}
-        return metrics, bool(values[-1] > 0)
+        if values[-1] > 0:  # another rank was asked to stop: every rank stops at this step
+            self.request_stop("another process's request")
+        return metrics, bool(values[-2] > 0 or values[-1] > 0)
 
     def save(self) -> Path | None:
         """Checkpoint every rank's state (gathered to rank 0, which writes it)."""

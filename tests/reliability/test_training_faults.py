@@ -113,3 +113,54 @@ def test_full_disk_keeps_the_previous_checkpoint(text_slices, tmp_path, monkeypa
         trainer.save()
     assert list_checkpoints(tmp_path / "r") == [good] and not list((tmp_path / "r").glob(".step-*"))
     assert load_checkpoint(good).trainer["step"] == 2
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_or_ctrl_c_stops_after_the_step_with_a_checkpoint(text_slices, tmp_path, sig, code):
+    """A scheduler's SIGTERM (or Ctrl-C) before the next checkpoint: the run ends at its step boundary as at its step
+    limit, with a checkpoint of that step, and exits non-zero; --resume goes on from there."""
+    train, _, vocab = text_slices
+    config = _config_file(tmp_path, checkpoint_every=10_000, max_steps=100_000)
+    run = tmp_path / "run"
+    base = [sys.executable, "-m", "elmo", "train", str(train), "--config", str(config), "--quiet", "--out", str(run)]
+    process = subprocess.Popen(base + ["--vocab", str(vocab)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        metrics = run / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == code, err
+    assert "Traceback" not in err and f"stopped ({sig.name}) at step" in err and "--resume" in err, err
+    step = load_checkpoint(list_checkpoints(run)[-1]).trainer["step"]
+    assert step >= 3 and len((run / "metrics.jsonl").read_text().splitlines()) == step
+    resumed = subprocess.run(base + ["--resume", str(run), "--max-steps", str(step + 2)], capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(list_checkpoints(run)[-1]).trainer["step"] == step + 2
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_run_of_several_processes_stops_them_all_at_one_step_with_a_checkpoint(text_slices, tmp_path):
+    """`elmo train --nproc 2` passes the request to its workers through the run folder's .stop file (a signal would
+    make torchrun end them and print its own traceback); they stop together, save, and the command exits 143."""
+    train, _, vocab = text_slices
+    config = _config_file(tmp_path, checkpoint_every=10_000, max_steps=100_000)
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "elmo", "train", str(train), "--config", str(config), "--quiet",
+                                "--vocab", str(vocab), "--out", str(run), "--nproc", "2"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        if (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)  # to the launching process alone, as `kill PID` or a scheduler sends it
+    _, err = process.communicate(timeout=180)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and "stopped (SIGTERM) at step" in err, err
+    step = load_checkpoint(list_checkpoints(run)[-1]).trainer["step"]
+    assert step >= 2 and not (run / ".stop").exists()
