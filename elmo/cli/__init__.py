@@ -24,6 +24,7 @@ import warnings
 from elmo import __version__
 from elmo.cli import cache, context, embed, probes, tasks, train
 from elmo.cli.common import STDIO, CommandLineError, add_global_flags, check_usage
+from elmo.cli.graceful_stop import EXIT_CODES, Terminated, sigterm_as_interrupt
 from elmo.cli.messages import configure_logging, one_line, show_warning, users_to_fix
 from elmo.cli.outputs import check_outputs
 from elmo.cli.stdio import Stdio
@@ -77,7 +78,7 @@ def run_and_exit() -> None:
 def _run(args: argparse.Namespace, command: str) -> int:
     """Check the options and run the command; what went wrong becomes an exit code and at most one line."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), sigterm_as_interrupt():
             warnings.showwarning = show_warning
             check_usage(args, command, args.leaf_parser)
             check_outputs(args, command)
@@ -88,9 +89,10 @@ def _run(args: argparse.Namespace, command: str) -> int:
     except BrokenPipeError:  # `elmo show ... | head`: the reader left; nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit has somewhere to go
         return 0
-    except KeyboardInterrupt:
-        print(f"{command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Terminated)
+        terminated = isinstance(err, Terminated)
+        print(f"{command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_CODES["SIGTERM" if terminated else "SIGINT"]
     except CommandLineError as err:
         if args.debug:
             raise

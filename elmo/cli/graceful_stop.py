@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM during ``elmo train``: stop after the step under way, with a checkpoint, instead of losing the
-steps since the last one.
+"""Ctrl-C and SIGTERM: every command meets SIGTERM as it meets Ctrl-C (``sigterm_as_interrupt``: what it finished is
+kept, e.g. ``elmo embed``'s parts, and it exits 143), and ``elmo train`` stops after the step under way, with a
+checkpoint, instead of losing the steps since the last one.
 
 A scheduler (SLURM, Kubernetes, ``docker stop``) sends SIGTERM some seconds before it kills; a user presses Ctrl-C.
 Either one asks the trainer to stop at its next step boundary (``Trainer.request_stop``), where the run ends as at
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +29,29 @@ class Stoppable(Protocol):
     stop_requested: str | None
 
     def request_stop(self, reason: str) -> None: ...
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, met as Ctrl-C is: the command stops where it is, keeping what it finished (``elmo embed``'s parts),
+    and exits 143."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs in the main thread, SIGTERM raises ``Terminated`` instead of ending the process on the
+    spot, so that a command's own cleanup and its "--resume continues" line run as after Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -133,3 +133,22 @@ def test_an_interrupted_run_on_standard_input_keeps_no_parts(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert rc != 0 and "--resume" not in err
     assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.parts").exists()
+
+
+def test_sigterm_keeps_the_finished_parts_and_says_how_to_resume(tmp_path):
+    """SIGTERM (`kill`, a scheduler) is met as Ctrl-C is: the finished parts stay, the run says --resume continues
+    from them, and the command exits 143, without a traceback."""
+    lines = [" ".join(f"w{(i * 7 + j) % 97}" for j in range(1 + i % 13)) for i in range(2500)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = [sys.executable, "-m", "elmo", "embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--top",
+            "--options", str(OPTIONS), "--weights", str(WEIGHTS), "--batch-size", "8", "--quiet"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    parts = tmp_path / "out.hdf5.parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("part-*.h5"))) < 1 and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and "terminated" in err and "--resume continues" in err, err
+    assert list(parts.glob("part-*.h5")) and not (tmp_path / "out.hdf5").exists()
