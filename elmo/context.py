@@ -8,6 +8,8 @@ money, Korean "은행" bank vs ginkgo). In Korean a word is usually followed by 
 from __future__ import annotations
 
 import re
+import unicodedata
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from elmo.embed import Embedder
-from elmo.errors import MissingDependencyError, UsageError
+from elmo.errors import InputTypeError, MissingDependencyError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import sentence_lines
 
@@ -72,10 +74,34 @@ def _fits(particle: str, before: str) -> bool:
     return particle in _AFTER_CONSONANT and final != 0 and not (final == _RIEUL and particle.startswith("으로"))
 
 
+def word_as_token(embedder: Embedder, word: str) -> str:
+    """``word`` as the model's tokenizer writes it, so that it meets its occurrences in the tokenised sentences (the
+    ``ko`` tokenizer composes Hangul typed as separate jamo in the sentences: the word must be composed too). A word
+    the tokenizer splits (``don't`` -> ``do n't``) or leaves nothing of can never equal one token, so it is refused
+    rather than reported as absent from sentences that hold it."""
+    if not isinstance(word, str):
+        raise InputTypeError(f"the word: expected a string, got {type(word).__name__}")
+    tokens = embedder.tokenize([word])[0]
+    if len(tokens) != 1:
+        made = f"{len(tokens)} tokens ({' '.join(tokens)})" if tokens else "no token"
+        raise UsageError(f"this model's tokenizer makes {word!r} {made}, and an occurrence is one token; give one "
+                         f"word as the tokenizer writes it")
+    return tokens[0]
+
+
 def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels: Sequence[str] | None = None,
                 ) -> list[Occurrence]:
-    """Every occurrence of ``word`` in ``sentences`` with its vectors (sentences without it are not embedded)."""
-    token_lists = embedder.tokenize(list(sentences))
+    """Every occurrence of ``word`` (``word_as_token``) in ``sentences`` with its vectors (sentences without it are
+    not embedded). Tokens that are the word in another Unicode form (NFD "café") are left out, with a warning."""
+    if isinstance(sentences, (str, bytes)) or labels is not None and isinstance(labels, (str, bytes)):
+        raise InputTypeError("sentences and labels: expected lists of strings, got a single string (it would be read "
+                             "letter by letter); pass [sentence]")
+    sentences, labels = list(sentences), None if labels is None else list(labels)
+    if labels is not None and len(labels) != len(sentences):
+        raise UsageError(f"{len(labels)} labels for {len(sentences)} sentences: give one label per sentence")
+    word = word_as_token(embedder, word)
+    token_lists = embedder.tokenize(sentences)
+    _warn_other_forms(token_lists, word)
     wanted = [i for i, tokens in enumerate(token_lists) if any(matches(t, word) for t in tokens)]
     if not wanted:
         return []
@@ -85,6 +111,18 @@ def occurrences(embedder: Embedder, word: str, sentences: Sequence[str], labels:
         label = labels[i] if labels is not None else str(i)
         found += [Occurrence(i, j, label, array[:, j]) for j, t in enumerate(token_lists[i]) if matches(t, word)]
     return found
+
+
+def _warn_other_forms(token_lists: Sequence[Sequence[str]], word: str) -> None:
+    """Say which tokens are ``word`` in another Unicode form: they look the same but are other characters, so the
+    model gives them other vectors; they stay apart, as written, but not in silence."""
+    nfc = unicodedata.normalize("NFC", word)
+    other = Counter(t for tokens in token_lists for t in tokens
+                    if not matches(t, word) and matches(unicodedata.normalize("NFC", t), nfc))
+    if other:
+        warnings.warn(f"{sum(other.values())} token(s) are {word!r} written in another Unicode form "
+                      f"({', '.join(map(ascii, other))}, where the word is {ascii(word)}) and are left out; "
+                      f"normalise the text and the word (e.g. to NFC) to compare them")
 
 
 def annotated_occurrences(embedder: Embedder, sentences: Sequence[WsdSentence], senses: dict[str, str],
@@ -112,8 +150,17 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 def nearest(query: Occurrence, pool: Sequence[Occurrence], layer: int = -1, k: int = 5,
             ) -> list[tuple[float, Occurrence]]:
     """The ``k`` occurrences of ``pool`` most similar (cosine at ``layer``) to ``query``, itself excluded."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise UsageError(f"k={k!r}: give a whole number of neighbours, 1 or more")  # -1 would drop the last one
+    _check_layer(query.vectors.shape[0], layer)
     scored = [(cosine(query.vectors[layer], o.vectors[layer]), o) for o in pool if o is not query]
     return sorted(scored, key=lambda pair: -pair[0])[:k]
+
+
+def _check_layer(n_layers: int, layer: int) -> None:
+    """``layer`` indexes one of ``n_layers`` (negative from the top); otherwise one line, not numpy's IndexError."""
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -n_layers <= layer < n_layers:
+        raise UsageError(f"layer={layer!r}: give a layer number from 0 to {n_layers - 1} (or -1 for the top)")
 
 
 @dataclass(frozen=True)
@@ -136,6 +183,7 @@ def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSepar
     counts = Counter(o.label for o in found)
     if len(counts) < 2 or min(counts.values()) < 2:
         raise UsageError(f"need two or more labels with two or more occurrences each, got {dict(counts)}")
+    _check_layer(found[0].vectors.shape[0], layer)
     labels = np.array([o.label for o in found])
     vectors = np.stack([o.vectors[layer] for o in found]).astype(np.float64)  # (N, D)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
@@ -181,6 +229,8 @@ def plot_word(found: Sequence[Occurrence], word: str, out: str | Path, layer_nam
               title: str | None = None) -> Path:
     """One panel per layer: the word's occurrences projected on that layer's first two principal components,
     coloured and labelled by their label. Writes a PNG (or any format matplotlib knows from the suffix)."""
+    if len(found) < 2:  # one point has no principal components, and would read as "one vector for all"
+        raise UsageError(f"{len(found)} occurrence(s) of {word!r}: a plot compares two or more")
     try:
         import matplotlib
 

@@ -33,8 +33,9 @@ import torch
 
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, word_to_char_bytes
 from elmo.data.vocab import Vocabulary
-from elmo.errors import ElmoError
+from elmo.errors import ElmoError, InputTypeError
 from elmo.io.text_lines import Utf8Lines, one_sentence
+from elmo.text.tokenize import tokens_of
 
 
 class CorpusError(ElmoError, ValueError):
@@ -45,7 +46,11 @@ def expand_files(patterns: Sequence[str | Path]) -> list[Path]:
     """Files named directly or by glob patterns, in sorted order per pattern; an unmatched pattern is an error.
     A name that exists is taken literally (``corpus[1].txt`` is that file, not a pattern). Text is read more than
     once (passes, resumes), so a pipe, a device or a broken link is refused by name, never skipped; a pattern may
-    match folders too (they are left out) but must match a file."""
+    match folders too (they are left out) but must match a file. One name given alone (``"a.txt"``, not
+    ``["a.txt"]``) is refused: iterated, a string is its letters, read as the files "a", ".", "t" ..."""
+    if isinstance(patterns, (str, bytes, os.PathLike)):
+        raise InputTypeError(f"the text files are a list of names or patterns, got the single name {str(patterns)!r}:"
+                             f" pass [{str(patterns)!r}]")
     files: list[Path] = []
     for pattern in patterns:
         path = Path(pattern)
@@ -157,7 +162,7 @@ class SentenceSource:
                 self.line += 1
                 text = one_sentence(path, self.line, raw)  # old Mac line ends would merge sentences: refused
                 try:
-                    tokens = self.tokenizer(text)
+                    tokens = tokens_of(self.tokenizer, text)  # a list of strings: a string's letters are no tokens
                 except Exception as err:  # a tokenizer plug-in failing on one line should say where
                     raise CorpusError(f"{path}, line {self.line}: tokenizer failed ({err})") from None
                 if tokens:

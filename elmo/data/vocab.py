@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Iterable
 
 from elmo.data.chars import BOS_TOKEN, EOS_TOKEN
-from elmo.errors import ElmoError, UsageError
+from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import TextLineError, numbered_lines
+from elmo.limits import is_whole
 
 UNK_TOKEN = "<UNK>"
 SPECIALS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
@@ -57,14 +58,36 @@ def read_words(path: str | Path) -> list[str]:
     return words
 
 
+def _refuse_bad_word(words: list, source: str | Path | None) -> None:
+    """The error for the first word a vocabulary cannot hold: not a string; empty or holding whitespace (text is split
+    at whitespace, so it is never met, and the saved file would not load again); or given twice (the second id would
+    take every prediction of the word, and the first one's softmax row would never be trained or scored)."""
+    where = f"{source}: " if source is not None else ""
+    first: dict[str, int] = {}
+    for number, word in enumerate(words):
+        if not isinstance(word, str):
+            raise InputTypeError(f"{where}vocabulary word {number} is {type(word).__name__}, not a string")
+        if word.split() != [word]:
+            raise VocabError(f"{where}vocabulary word {number} ({word!r}) is empty or holds whitespace; a word is one "
+                             f"token of whitespace-split text")
+        if (earlier := first.setdefault(word, number)) != number:
+            raise VocabError(f"{where}{word!r} is vocabulary word {earlier} and again word {number}; every word must "
+                             f"appear once")
+
+
 class Vocabulary:
     """Word <-> id, with out-of-vocabulary words mapped to ``<UNK>``."""
 
     def __init__(self, words: Iterable[str], source: str | Path | None = None) -> None:
         """``source``: the file the words came from, named in errors."""
+        if isinstance(words, (str, bytes)):  # its letters would be the words
+            raise InputTypeError("Vocabulary takes a list of words, e.g. ['<S>', '</S>', '<UNK>', 'the'], not one "
+                                 "string (Vocabulary.load reads a file)")
         self.words = list(words)
         self.source = source
         self.index = {w: i for i, w in enumerate(self.words)}
+        if len(self.index) != len(self.words) or not all(isinstance(w, str) and w.split() == [w] for w in self.words):
+            _refuse_bad_word(self.words, source)
         for special in SPECIALS:
             if special not in self.index:
                 where = f"{source}: " if source is not None else ""
@@ -94,8 +117,17 @@ class Vocabulary:
     def build(cls, sentences: Iterable[list[str]], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
         """From token lists: specials, then words seen at least ``min_count`` times, most frequent first
         (ties by first appearance), at most ``max_size`` words in all."""
+        if isinstance(sentences, (str, bytes)):
+            raise InputTypeError("Vocabulary.build takes token lists, e.g. [['the', 'cat'], ['a', 'dog']], not one "
+                                 "string")
+        for name, value in (("min_count", min_count), ("max_size", max_size)):
+            if not is_whole(value, 1) and not (name == "max_size" and value is None):
+                raise UsageError(f"Vocabulary.build: {name} must be a whole number of at least 1, got {value!r}")
         counts: Counter[str] = Counter()
-        for tokens in sentences:
+        for row, tokens in enumerate(sentences):
+            if isinstance(tokens, str):  # counted, it would be a vocabulary of letters
+                raise InputTypeError(f"Vocabulary.build: sentence {row} is a string; pass its tokens, e.g. "
+                                     f"{tokens.split()[:3]!r}")
             counts.update(tokens)
         for special in SPECIALS:
             counts.pop(special, None)

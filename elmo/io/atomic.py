@@ -62,10 +62,16 @@ def new_folders(folder: str | Path) -> Iterator[Path]:
 
 
 def make_folders(folder: str | Path) -> list[Path]:
-    """Make ``folder`` and its missing parents; the ones made here, innermost first (for ``remove_empty``)."""
+    """Make ``folder`` and its missing parents; the ones made here, innermost first (for ``remove_empty``). A file
+    where one of them belongs is a ``NotAFileError`` naming it (``mkdir``'s own error names only ``folder``)."""
     folder = Path(folder)
     missing = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        raise NotAFileError(f"{blocking}: is a file, where the folder {folder} needs a folder: move it away or give "
+                            f"another folder") from None
     return missing
 
 

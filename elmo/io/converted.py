@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import cache_dir, sha256_of
 from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME
@@ -78,16 +79,20 @@ def store(options_file: str | Path, weight_file: str | Path, write) -> Path | No
 
 def clear() -> tuple[int, int]:
     """Delete every converted copy, the leftovers of interrupted writes and the hash index, nothing else; returns
-    (copies, bytes) removed."""
-    folder = root()
-    if not folder.is_dir():
+    (copies, bytes) removed. An ``index.json`` that is not elmo's index (a user's file, a link, a folder) is kept."""
+    folder = _existing_root()
+    if folder is None:
         return 0, 0
     copies = size = 0
     for entry in _entries(folder, leftovers=True):
         size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
         shutil.rmtree(entry)
         copies += is_key(entry.name)
-    (folder / INDEX).unlink(missing_ok=True)
+    if _read_index(folder / INDEX) is None:
+        logger.warning("%s: not elmo's hash index (a file of yours, a link or a folder); left as it is",
+                       folder / INDEX)
+    else:
+        (folder / INDEX).unlink(missing_ok=True)
     return copies, size
 
 
@@ -103,8 +108,19 @@ def discard(copy: Path) -> None:
 
 def copies() -> list[Path]:
     """The converted copies in the cache (what ``clear`` deletes, but for leftovers of interrupted writes)."""
+    folder = _existing_root()
+    return sorted(_entries(folder, leftovers=False)) if folder is not None else []
+
+
+def _existing_root() -> Path | None:
+    """The folder of converted copies, or None when there is none yet; a cache path that is a file (``ELMO_CACHE``
+    naming one) is an error: listing or clearing it would report an empty cache that can never hold a copy."""
     folder = root()
-    return sorted(_entries(folder, leftovers=False)) if folder.is_dir() else []
+    there = next(p for p in (folder, *folder.parents) if p.exists())
+    if not there.is_dir():
+        raise UsageError(f"{there}: a file, where elmo's cache folder {cache_dir()} is expected (ELMO_CACHE, or "
+                         f"~/.cache/elmo); move the file, or point ELMO_CACHE at a folder")
+    return folder if there == folder else None
 
 
 def _entries(folder: Path, leftovers: bool) -> Iterator[Path]:
@@ -151,20 +167,19 @@ def _is_key_prefix(name: str) -> bool:
 
 
 def _file_hash(path: Path) -> str:
-    """sha256 of a file, remembered under its resolved path, size and modification time."""
+    """sha256 of a file, remembered under its resolved path, size and modification time (in elmo's ``index.json``;
+    an ``index.json`` that is not elmo's is neither replaced nor written through: the hash is computed each time)."""
     stat = path.stat()
     entry = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     index_path = root() / INDEX
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        index = {}
-    if not isinstance(index, dict):
-        index = {}
-    digest = index.get(entry)
-    if isinstance(digest, str) and len(digest) == 64:
+    index = _read_index(index_path)
+    digest = index.get(entry) if index else None
+    if digest is not None:
         return digest
     digest = sha256_of(path)
+    if index is None:
+        logger.debug("%s: not elmo's hash index; left as it is", index_path)
+        return digest
     index[entry] = digest
     try:
         index_path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,3 +188,21 @@ def _file_hash(path: Path) -> str:
     except OSError:
         pass  # an unwritable cache: the hash is computed again next time
     return digest
+
+
+def _read_index(path: Path) -> dict[str, str] | None:
+    """elmo's hash index at ``path`` ({} when there is none), or None when something else has that name: a user's
+    file, a link (writing it would write its target, outside the cache) or a folder, which elmo must not replace or
+    delete. elmo writes its index whole (atomically), so its own is always a JSON object of hashes."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return None
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(index, dict) or not all(isinstance(k, str) and isinstance(v, str) and is_key(v)
+                                              for k, v in index.items()):
+        return None
+    return index

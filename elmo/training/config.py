@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from elmo.config import PRESETS, ConfigError, ElmoConfig
+from elmo.io.atomic import path_argument
 from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES
 from elmo.text.tokenize import TOKENIZER_NAMES
 
@@ -73,6 +74,9 @@ class TrainConfig:
 
     def check(self, source: str = "config") -> None:
         """Every training setting of the right type and range, or a ConfigError naming the key."""
+        if not isinstance(self.model, ElmoConfig):
+            raise ConfigError(f"{source}: model must be an ElmoConfig (the model's sizes, e.g. elmo.config.PRESETS"
+                              f"['tiny']), got {type(self.model).__name__}")
         for key, (kind, low, strict) in _RULES.items():
             value = getattr(self, key)
             if value is None and key in _OPTIONAL:
@@ -128,7 +132,7 @@ class TrainConfig:
     @classmethod
     def load(cls, name_or_path: str | Path) -> "TrainConfig":
         """A preset name (tiny, small-cpu, small, medium, original) or a .toml / .json file."""
-        path = Path(name_or_path)
+        path = path_argument(name_or_path, "TrainConfig.load")  # None or "" (an unset variable): one line
         if not path.is_file():  # a preset's name (a folder of that name in the working directory is not a config)
             preset = PRESET_DIR / f"{name_or_path}.toml"
             if not preset.exists():
@@ -152,7 +156,17 @@ class TrainConfig:
         return cls.from_dict(data, source=str(path))
 
     def replace(self, **changes: Any) -> "TrainConfig":
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """This config with ``changes`` (a None value leaves that setting as it is: a flag not given), checked like a
+        config file: an unknown key or a value out of range is a ConfigError naming it, not a TypeError from the
+        dataclass or a run that starts and fails inside torch (``batch_size=-1``) or trains otherwise (``optimizer
+        ="sgd"`` would run Adagrad)."""
+        known = {f.name for f in fields(self)}
+        if unknown := sorted(set(changes) - known):
+            raise ConfigError(f"TrainConfig.replace: unknown training key {unknown[0]!r}; known keys: "
+                              f"{', '.join(sorted(known))}")
+        changed = replace(self, **{k: v for k, v in changes.items() if v is not None})
+        changed.check("TrainConfig.replace")
+        return changed
 
 
 # settings added after the first checkpoints were written -> the behaviour of runs from before them

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -13,7 +14,8 @@ from tqdm.auto import tqdm
 from elmo.data.chars import batch_to_ids
 from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
-from elmo.errors import UsageError
+from elmo.errors import InputTypeError, UsageError
+from elmo.limits import is_whole
 from elmo.model.bilm import BiLM, BiLMOutput
 from elmo.model.engine import InferenceEngine
 from elmo.training.lm import LanguageModel
@@ -52,6 +54,11 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
     Each row is a stream of whole sentences, as in training (and bilm-tf's evaluation), its state carried from one
     sentence to the next; out-of-vocabulary targets count as ``<UNK>``. ``zero_state_perplexity``: as embedding reads.
     """
+    if not isinstance(model, LanguageModel):  # a BiLM has no softmax to predict words with
+        raise InputTypeError(f"perplexity takes a LanguageModel (load_language_model gives its parts), got "
+                             f"{type(model).__name__}")
+    check_counts("perplexity", batch_size=batch_size, unroll_steps=unroll_steps, max_sentences=max_sentences)
+    check_vocabulary(model.softmax, vocab)
     model.eval()
     device = model.softmax.weight.device
     engine = InferenceEngine.build(model.bilm, stateful=False)  # the LSTMs' matrices packed once for the pass
@@ -101,6 +108,11 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
     """Full-softmax perplexity of each direction with every sentence read on its own from the zero state: the text
     as embedding reads it (``Embedder``'s default), where ``perplexity`` carries the state from one sentence to the
     next. A model fine on a carried state and poor from zeros gives poor embeddings."""
+    if not isinstance(model, LanguageModel):  # a BiLM has no softmax to predict words with
+        raise InputTypeError(f"zero_state_perplexity takes a LanguageModel (load_language_model gives its parts), got "
+                             f"{type(model).__name__}")
+    check_counts("zero_state_perplexity", max_sentences=max_sentences)
+    check_vocabulary(model.softmax, vocab)
     model.eval()
     engine = InferenceEngine.build(model.bilm, stateful=False)
     source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences)
@@ -122,8 +134,38 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
     return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown, words)
 
 
+def check_counts(function: str, **counts: int | None) -> None:
+    """Each count a whole number of at least 1 (None: no limit): a batch of 0 rows or 0 sentences reads no text and
+    would be reported as an empty file, a negative batch fails inside torch."""
+    for name, value in counts.items():
+        if value is not None and not is_whole(value, 1):
+            raise UsageError(f"{function}: {name} must be a whole number of at least 1, got {value!r}")
+
+
+def check_vocabulary(softmax: LMSoftmax, vocab: Vocabulary) -> None:
+    """The vocabulary the softmax was trained with, by its size: with another model's, each id names another word's
+    row, so scores come out wrong without an error (or fail inside torch where an id is past the last row)."""
+    if not isinstance(vocab, Vocabulary):
+        raise InputTypeError(f"vocab must be a Vocabulary (Vocabulary.load(path)), got {type(vocab).__name__}")
+    if len(vocab) != softmax.weight.shape[0]:
+        raise UsageError(f"the vocabulary has {len(vocab):,} words and the softmax {softmax.weight.shape[0]:,} rows: "
+                         f"give the vocabulary the model was trained with (its vocab.txt)")
+
+
+def check_sentences(sentences: object, what: str) -> None:
+    """Token lists, not strings: ``score(..., ["the cat"])`` would score the letters t, h, e, ' ', c ... as words."""
+    if isinstance(sentences, (str, bytes)):
+        raise InputTypeError(f"{what} takes token lists, e.g. [['the', 'cat']], not one string")
+    for row, tokens in enumerate(sentences):
+        if isinstance(tokens, (str, bytes)):
+            raise InputTypeError(f"{what}: sentence {row} is a string; pass its tokens, e.g. {tokens.split()[:3]!r}")
+
+
 def _engine(model: BiLM | InferenceEngine) -> InferenceEngine:
     """An engine that reads every sentence from the zero state: the one given, or a new one over a biLM."""
+    if not isinstance(model, (BiLM, InferenceEngine)):  # e.g. a LanguageModel: its biLM is model.bilm
+        raise InputTypeError(f"the biLM argument must be a BiLM or an InferenceEngine, got {type(model).__name__}"
+                             f"{' (pass its .bilm)' if isinstance(model, LanguageModel) else ''}")
     if isinstance(model, InferenceEngine) and not model.stateful:
         return model
     return InferenceEngine.build(model.bilm if isinstance(model, InferenceEngine) else model, stateful=False)
@@ -156,6 +198,8 @@ def score(bilm: BiLM | InferenceEngine, softmax: LMSoftmax, vocab: Vocabulary,
     """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included),
     each sentence from the zero state. Memory stays bounded however many or long the sentences: they run
     SCORE_BATCH at a time, and the softmax over the vocabulary SCORE_POSITIONS positions at a time."""
+    check_sentences(sentences, "score")
+    check_vocabulary(softmax, vocab)
     engine = _engine(bilm)
     results = []
     for start in range(0, len(sentences), SCORE_BATCH):
@@ -191,6 +235,12 @@ def _target_log_probs(softmax: LMSoftmax, hidden: torch.Tensor, targets: Sequenc
 def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Sequence[str], position: int,
                 k: int = 10) -> dict[str, list[tuple[str, float]]]:
     """The top-k words each LM expects at ``position`` (0-based), with probabilities, and their product of experts."""
+    check_sentences([tokens], "substitutes")
+    check_vocabulary(softmax, vocab)
+    if isinstance(position, bool) or not isinstance(position, Integral) or not is_whole(k, 1):
+        # 1.5 would fail inside torch and True be read as 1; k = -1 fails in topk, k = 0 gives empty lists
+        raise UsageError(f"substitutes: position must be a whole number and k one of at least 1, got position "
+                         f"{position!r} and k {k!r}")
     if not 0 <= position < len(tokens):
         raise UsageError(f"position {position} is outside the sentence (0..{len(tokens) - 1})")
     _, fwd, bwd = direction_log_probs(bilm, softmax, [list(tokens)])

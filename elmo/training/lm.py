@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
+from numbers import Real
 from typing import Sequence
 
 import torch
 from torch import nn
 
 from elmo.config import ElmoConfig
+from elmo.errors import UsageError
+from elmo.limits import is_whole
 from elmo.model.bilm import BiLM, token_layer
 from elmo.model.lstm import LayersSideBySide, State, run_stack
-from elmo.training.softmax import LMSoftmax, LogUniformSampler
+from elmo.training.softmax import LMSoftmax, LogUniformSampler, check_softmax_size
 
 
 class LanguageModel(nn.Module):
     """``bilm`` (exported as ELMo) + one softmax shared by the forward and the backward LM."""
 
     def __init__(self, bilm: BiLM, softmax: LMSoftmax, dropout: float = 0.0) -> None:
+        """``dropout`` from 0 to below 1, checked here: torch refuses 1.5 only at the first training step, and takes
+        NaN, -0.1 or 1 (every input zero) without a word."""
+        if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0 <= dropout < 1:
+            raise UsageError(f"LanguageModel: dropout must be a number from 0 to below 1, got {dropout!r}")
         super().__init__()
         self.bilm = bilm
         self.softmax = softmax
@@ -27,6 +34,9 @@ class LanguageModel(nn.Module):
     def from_config(cls, config: ElmoConfig, vocab_size: int, dropout: float = 0.1) -> "LanguageModel":
         """A new model, initialised as bilm-tf initialises it (docs/training.md §3; the modules' own
         ``reset_parameters``)."""
+        if not is_whole(vocab_size, 1):  # 0 gives a softmax of no rows, -1 or 3.0 an error inside torch
+            raise UsageError(f"LanguageModel: vocab_size must be a whole number of at least 1, got {vocab_size!r}")
+        check_softmax_size(vocab_size, config.lstm.projection_dim, f"a vocabulary of {vocab_size:,} words")
         return cls(BiLM.from_config(config), LMSoftmax(vocab_size, config.lstm.projection_dim), dropout)
 
     def forward(self, forward: tuple[torch.Tensor, torch.Tensor], backward: tuple[torch.Tensor, torch.Tensor],

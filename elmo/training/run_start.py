@@ -12,11 +12,13 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from elmo import pretrained
 from elmo.data.vocab import Vocabulary
-from elmo.errors import UsageError
+from elmo.devices import check_device
+from elmo.errors import InputTypeError, UsageError
 from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resolve_checkpoint
 from elmo.io.native import is_model_dir
 from elmo.io.resolve import resolve
@@ -43,11 +45,19 @@ class Distributed:
         return self.rank == 0
 
 
+def run_device(device: str | torch.device | None, env: Distributed) -> torch.device:
+    """The device this process trains on: the one given, checked before any work (``meta``, or ``cuda`` on a machine
+    without it, would fail inside torch at the first step), else this process's GPU, else the CPU."""
+    check_device(device, "Trainer device")
+    return torch.device(device or (f"cuda:{env.local_rank}" if torch.cuda.is_available() else "cpu"))
+
+
 def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, resume: str | Path | None,
                init_from: str | Path | None, given: dict | None, env: Distributed
                ) -> tuple[Checkpoint | None, StartingWeights | None, TrainConfig, Vocabulary | None]:
     """The checkpoint to resume (or None), the weights to start from (or None), and the run's config and
     vocabulary (None when neither the caller nor a source gives one)."""
+    check_arguments(config, vocab)
     if resume and init_from:
         raise UsageError("give --resume (continue a run exactly) or --init-from (start a new run from its "
                          "weights), not both")
@@ -67,6 +77,19 @@ def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, res
                       f"only the softmax over a randomly initialised biLM")
     config = config.replace(freeze_bilm_steps=config.freeze_bilm_steps or 0)  # None: 0 unless adapted, above
     return checkpoint, start, config, vocab
+
+
+def check_arguments(config: TrainConfig, vocab: Vocabulary | None) -> None:
+    """The Trainer's config and vocabulary of the right types, and every setting in range: a config made in Python
+    (``TrainConfig(batch_size=-1)``, ``dataclasses.replace``) is not checked as a file is, and would fail deep in
+    torch or train otherwise; a list of words where the Vocabulary belongs would fail on its first use."""
+    if not isinstance(config, TrainConfig):
+        raise InputTypeError(f"Trainer takes a TrainConfig (TrainConfig.load('tiny'), or a .toml file), got "
+                             f"{type(config).__name__}")
+    config.check("Trainer config")
+    if vocab is not None and not isinstance(vocab, Vocabulary):
+        raise InputTypeError(f"Trainer's vocab must be a Vocabulary (Vocabulary.load(path) or Vocabulary.build("
+                             f"sentences)), got {type(vocab).__name__}")
 
 
 def check_out_dir_is_free(out_dir: Path, resume: str | Path | None) -> None:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import DiskWriteError, is_disk_full, make_folders, remove_empty
+from elmo.io.atomic import DiskWriteError, is_disk_full, make_folders, output_folder, remove_empty
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.lock import OutputLock
 from elmo.io.native import ModelFileError, load_state_strict
@@ -37,7 +37,7 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import Distributed, settle_run
+from elmo.training.run_start import Distributed, run_device, settle_run
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
@@ -59,7 +59,7 @@ class Trainer:
         """``given``: the settings the user gave for this run (None where not given), applied over a resumed
         checkpoint's own by ``TrainConfig.resumed``; without it, only ``config``'s stopping limits are."""
         self._join_processes(device)
-        self.out_dir, self.progress = Path(out_dir), progress and self.env.main
+        self.out_dir, self.progress = output_folder(out_dir, "out_dir"), progress and self.env.main  # no file, no ""
         self._checked_unknown = False
         self._lock, self._made_folders = None, []
         if self.env.main:  # one run at a time writes a run folder: a second gets "in use by pid N"
@@ -109,7 +109,7 @@ class Trainer:
     def _join_processes(self, device: str | None) -> None:
         """This process's rank and device; under torchrun, the process group it joins."""
         self.env = Distributed.from_env()
-        self.device = torch.device(device or (f"cuda:{self.env.local_rank}" if torch.cuda.is_available() else "cpu"))
+        self.device = run_device(device, self.env)  # checked: a device this machine runs on
         if self.env.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
 

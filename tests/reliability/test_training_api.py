@@ -1,0 +1,204 @@
+"""Hostile arguments to training and evaluation driven from Python (``Trainer``, ``TrainConfig.replace``,
+``LanguageModel``, ``perplexity`` / ``score`` / ``substitutes``, ``dump_token_embeddings``, ``Vocabulary``): each is
+one ``ElmoError`` line saying what to pass, before any work, never a traceback from inside torch, a NaN, a run that
+trains otherwise than asked, or a file written over."""
+
+import dataclasses
+import math
+
+import pytest
+
+from elmo.config import ConfigError
+from elmo.data.corpus import expand_files
+from elmo.data.vocab import Vocabulary
+from elmo.errors import ElmoError, InputTypeError
+from elmo.training.checkpoint import load_language_model
+from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
+from elmo.training.export import dump_token_embeddings
+from elmo.training.config import TrainConfig
+from elmo.training.lm import LanguageModel
+from elmo.training.trainer import Trainer
+from tests.conftest import micro_train_config
+from tests.reliability.tiny import text_file
+
+
+def one_line(err: pytest.ExceptionInfo, *fragments: str) -> str:
+    """The error's message: one line holding every fragment."""
+    message = str(err.value)
+    assert isinstance(err.value, ElmoError) and "\n" not in message, message
+    assert all(f in message for f in fragments), message
+    return message
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    """(training text, its vocabulary)."""
+    folder = tmp_path_factory.mktemp("texts")
+    train = text_file(folder / "train.txt", 40)
+    return train, Vocabulary.build(line.split() for line in train.read_text(encoding="utf-8").splitlines())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, texts):
+    """(biLM, softmax, vocabulary, run folder) of a one-step micro run."""
+    train, vocab = texts
+    run = tmp_path_factory.mktemp("run") / "r"
+    Trainer(micro_train_config(max_steps=1), [train], run, vocab=vocab, progress=False).train()
+    return (*load_language_model(run), run)
+
+
+@pytest.mark.parametrize("changes, key", [
+    ({"bogus": 3}, "bogus"), ({"batch_size": -1}, "batch_size"), ({"batch_size": 4.0}, "batch_size"),
+    ({"dropout": 1.5}, "dropout"), ({"learning_rate": math.nan}, "learning_rate"), ({"max_steps": 0}, "max_steps"),
+    ({"optimizer": "sgd"}, "optimizer"), ({"model": "tiny"}, "model"),
+])
+def test_replace_checks_what_it_changes(changes, key):
+    """Unchecked, these failed inside torch at the first step, ran nothing, or (``sgd``) trained with Adagrad."""
+    with pytest.raises(ConfigError) as err:
+        micro_train_config().replace(**changes)
+    one_line(err, key)
+
+
+@pytest.mark.parametrize("name", [None, "", 5])
+def test_load_needs_a_name(name):
+    """None: a TypeError from pathlib; "": "." read as a folder named like a config."""
+    with pytest.raises(ElmoError) as err:
+        TrainConfig.load(name)
+    one_line(err, "TrainConfig.load")
+
+
+def test_trainer_checks_its_arguments(texts, tmp_path):
+    """A config built without ``replace``, a dict, a list of words, a file or "" as out_dir, a device elmo does not
+    run on: one line, and the run folder is not left behind."""
+    train, vocab = texts
+    cases = [({"config": dataclasses.replace(micro_train_config(), batch_size=-1)}, "batch_size"),
+             ({"config": {"batch_size": 4}}, "TrainConfig"), ({"vocab": ["<S>", "</S>", "<UNK>"]}, "Vocabulary"),
+             ({"device": "meta"}, "meta"), ({"device": "bogus"}, "bogus")]
+    for changes, fragment in cases:
+        arguments = {"config": micro_train_config(max_steps=1), "vocab": vocab} | changes
+        with pytest.raises(ElmoError) as err:
+            Trainer(arguments["config"], [train], tmp_path / "out", vocab=arguments["vocab"],
+                    device=changes.get("device"), progress=False)
+        one_line(err, fragment)
+        assert not (tmp_path / "out").exists()
+    (tmp_path / "notes").write_text("mine", encoding="utf-8")
+    for out in (tmp_path / "notes", tmp_path / "notes" / "run", ""):
+        with pytest.raises(ElmoError) as err:
+            Trainer(micro_train_config(max_steps=1), [train], out, vocab=vocab, progress=False)
+        one_line(err)
+    assert (tmp_path / "notes").read_text(encoding="utf-8") == "mine"
+
+
+def test_one_file_name_is_not_a_list_of_letters(texts, trained, tmp_path):
+    """``"train.txt"`` iterated is "t", "r", ...: refused, naming the list to pass."""
+    train, vocab = texts
+    bilm, softmax, own_vocab, _ = trained
+    with pytest.raises(InputTypeError) as err:
+        Trainer(micro_train_config(max_steps=1), str(train), tmp_path / "out", vocab=vocab, progress=False)
+    one_line(err, f"[{str(train)!r}]")
+    with pytest.raises(InputTypeError):
+        expand_files(train)  # a Path: "not iterable" from inside the loop
+    with pytest.raises(InputTypeError):
+        perplexity(LanguageModel(bilm, softmax), own_vocab, str(train))
+
+
+def test_a_tokenizer_that_returns_a_string(texts, tmp_path):
+    """Its letters would train as the words (with only a warning about <UNK>)."""
+    train, vocab = texts
+    with pytest.raises(ElmoError) as err:
+        Trainer(micro_train_config(max_steps=1), [train], tmp_path / "out", vocab=vocab, tokenizer=lambda line: line,
+                progress=False).train()
+    one_line(err, "line 1", "list of strings")
+
+
+def test_vocabulary_arguments():
+    """A repeated word (the second id takes its predictions, the first row never trains), a string as the words,
+    an empty or spaced word (saved, the file would not load again), strings as sentences, a float size."""
+    specials = ["<S>", "</S>", "<UNK>"]
+    for words, fragment in [([*specials, "a", "a"], "'a'"), ("<S></S><UNK>", "not one string"),
+                            ([*specials, ""], "empty"), ([*specials, "b c"], "whitespace"), ([*specials, 5], "int")]:
+        with pytest.raises(ElmoError) as err:
+            Vocabulary(words)
+        one_line(err, fragment)
+    for call, fragment in [(lambda: Vocabulary.build(["the cat", "a dog"]), "sentence 0"),
+                           (lambda: Vocabulary.build("the cat"), "one string"),
+                           (lambda: Vocabulary.build([["a", "b"]], max_size=4.5), "max_size"),
+                           (lambda: Vocabulary.build([["a"]], min_count=0), "min_count"),
+                           (lambda: Vocabulary.build([["a", ""]]), "empty")]:
+        with pytest.raises(ElmoError) as err:
+            call()
+        one_line(err, fragment)
+
+
+def test_evaluation_with_another_models_vocabulary(trained, texts):
+    """Each id would name another word's softmax row: a wrong figure without an error, or an IndexError in torch."""
+    bilm, softmax, vocab, _ = trained
+    train, _ = texts
+    larger = Vocabulary(vocab.words + ["extra"])
+    smaller = Vocabulary(vocab.words[:5])
+    model = LanguageModel(bilm, softmax)
+    for other in (larger, smaller):
+        for call in (lambda: perplexity(model, other, [train], batch_size=4),
+                     lambda: zero_state_perplexity(model, other, [train]),
+                     lambda: score(bilm, softmax, other, [["w1", "extra"]]),
+                     lambda: substitutes(bilm, softmax, other, ["w1", "w2"], 0)):
+            with pytest.raises(ElmoError) as err:
+                call()
+            one_line(err, f"{len(other)} words", f"{len(vocab)} rows")
+
+
+def test_evaluation_arguments(trained, texts):
+    """Counts of 0 read nothing and were reported as an empty file; -1 failed inside torch; strings were scored
+    letter by letter; a position of 1.5 failed in torch and True was read as 1; k = -1 failed in topk."""
+    bilm, softmax, vocab, _ = trained
+    train, _ = texts
+    model = LanguageModel(bilm, softmax)
+    for counts, name in [({"batch_size": 0}, "batch_size"), ({"batch_size": -1}, "batch_size"),
+                         ({"unroll_steps": 0}, "unroll_steps"), ({"max_sentences": 0}, "max_sentences")]:
+        with pytest.raises(ElmoError) as err:
+            perplexity(model, vocab, [train], **counts)
+        one_line(err, name)
+    for call, fragment in [(lambda: score(bilm, softmax, vocab, ["w1 w2"]), "sentence 0 is a string"),
+                           (lambda: score(bilm, softmax, vocab, "w1 w2"), "one string"),
+                           (lambda: score(model, softmax, vocab, [["w1"]]), ".bilm"),
+                           (lambda: perplexity(bilm, vocab, [train]), "LanguageModel"),
+                           (lambda: substitutes(bilm, softmax, vocab, "w1 w2 w3", 1), "is a string"),
+                           (lambda: substitutes(bilm, softmax, vocab, ["w1", "w2"], 1.5), "1.5"),
+                           (lambda: substitutes(bilm, softmax, vocab, ["w1", "w2"], True), "True"),
+                           (lambda: substitutes(bilm, softmax, vocab, ["w1", "w2"], 0, k=-1), "-1"),
+                           (lambda: substitutes(bilm, softmax, vocab, ["w1", "w2"], 0, k=0), "k 0")]:
+        with pytest.raises(ElmoError) as err:
+            call()
+        one_line(err, fragment)
+    assert score(bilm, softmax, vocab, []) == []
+
+
+def test_dump_token_embeddings_never_writes_over_its_vocabulary(trained, tmp_path):
+    bilm, _, vocab, _ = trained
+    vocab_file = tmp_path / "vocab.txt"
+    vocab.save(vocab_file)
+    (tmp_path / "link.txt").symlink_to(vocab_file)
+    before = vocab_file.read_bytes()
+    for out in (vocab_file, tmp_path / "link.txt"):
+        with pytest.raises(ElmoError) as err:
+            dump_token_embeddings(bilm, vocab_file, out)
+        one_line(err, "vocabulary file it reads")
+    with pytest.raises(InputTypeError):
+        dump_token_embeddings(None, vocab_file, tmp_path / "tokens.hdf5")
+    assert vocab_file.read_bytes() == before and not (tmp_path / "tokens.hdf5").exists()
+
+
+@pytest.mark.parametrize("dropout", [1.5, math.nan, -0.1, 1.0])
+def test_language_model_dropout(dropout):
+    """1.5 failed at the first training step inside torch; NaN, -0.1 and 1 (every input zero) trained."""
+    with pytest.raises(ElmoError) as err:
+        LanguageModel.from_config(micro_train_config().model, 40, dropout=dropout)
+    one_line(err, "dropout")
+
+
+@pytest.mark.parametrize("size", [0, -1, 3.0, 10**12])
+def test_language_model_vocab_size(size):
+    """0: a softmax of no rows; -1 and 3.0: errors inside torch; 10^12: an allocation of 64 TB."""
+    with pytest.raises(ElmoError) as err:
+        LanguageModel.from_config(micro_train_config().model, size)
+    one_line(err)
