@@ -88,7 +88,7 @@ def test_file_system_errors_are_one_line_and_exit_1(monkeypatch, capsys, tmp_pat
     assert main(["train", str(tmp_path / "afile"), "--vocab", str(tmp_path / "v.txt"), "--out",
                  str(tmp_path / "afile" / "run")]) == 1
     err = capsys.readouterr().err
-    assert "afile" in err and "give a folder's path" in err and len(err.splitlines()) == 1
+    assert "afile" in err and "is a file, where the folder" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("bug", [ValueError("a plain ValueError"), ZeroDivisionError("division by zero"),
