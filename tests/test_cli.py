@@ -155,6 +155,15 @@ def test_embed_with_a_token_cache_gives_the_same_vectors(tmp_path):
             assert np.allclose(a[key][()], b[key][()], atol=1e-6)
 
 
+def test_show_says_how_many_dimensions_it_prints(capsys):
+    """--dims beyond the vector's width prints the whole vector, and the header says so (not "first 1000 dims")."""
+    assert main(["show", "a b", "--dims", "1000", *MODEL]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith("top layer, all dims") and len(out[2].split()) == 1 + 3 + 32
+    assert main(["show", "a b", "--dims", "2", *MODEL]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith("top layer, first 2 dims")
+
+
 def test_show_pads_wide_characters_by_the_columns_they_take():
     from elmo.cli.embed import _fit_columns
 

@@ -52,10 +52,11 @@ def cmd_show(args: argparse.Namespace) -> None:
     vectors = embedder.embed([tokens])[0]  # (L+1, n, 2P)
     print(f"{len(tokens)} tokens, {vectors.shape[0]} layers of {vectors.shape[2]} dimensions")
     header = "".join(f"  |layer {k}|" for k in range(vectors.shape[0]))
-    print(f"{'token':<16}{header}  top layer, first {args.dims} dims")
+    dims = min(args.dims, vectors.shape[2])  # the header says what is printed: a vector has no more
+    print(f"{'token':<16}{header}  top layer, " + (f"first {dims} dims" if dims < vectors.shape[2] else "all dims"))
     for i, token in enumerate(tokens):
         norms = "".join(f"{np.linalg.norm(vectors[k, i]):>11.3f}" for k in range(vectors.shape[0]))
-        head = " ".join(f"{v:+.3f}" for v in vectors[-1, i, : args.dims])
+        head = " ".join(f"{v:+.3f}" for v in vectors[-1, i, :dims])
         print(f"{_fit_columns(token, 15)} {norms}  {head}")
 
 
