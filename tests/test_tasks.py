@@ -150,7 +150,7 @@ def test_bad_task_input_is_one_clear_error(model_dir, tmp_path, capsys):
                  "--out", str(tmp_path / "o"), "--quiet"]) == 1
     assert f"{bad}:2:" in capsys.readouterr().err
     assert main(["task", "train", "classify", "--format", "conllu", "--train", str(bad), "--dev", str(bad),
-                 "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+                 "--model", str(model_dir), "--out", str(tmp_path / "o"), "--quiet"]) == 2  # a flag: exit 2
     assert "does not fit task" in capsys.readouterr().err
     for value in ("top", " 1", "1.0", "\u0663"):  # a flag's form: a usage error, exit 2, before any data is read
         assert main(["task", "train", "classify", "--train", str(bad), "--dev", str(bad), "--model", str(model_dir),

@@ -14,8 +14,12 @@ from elmo.data.vocab import SPECIALS
 from elmo.errors import UsageError
 from elmo.io.load import load_bilm
 from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES
+from elmo.text.tokenize import TOKENIZER_NAMES
 
 STDIO = "-"  # the name that means standard input (an input) or standard output (an output)
+# what --tokenize takes ("none": whitespace, as "whitespace"): a name outside it is a usage error (exit 2), caught by
+# argparse before any work, as `elmo embed --tokenize` is
+TOKENIZE_CHOICES = (*TOKENIZER_NAMES, "none")
 
 
 class CommandLineError(UsageError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli.common import add_model_args, count, sentences
+from elmo.cli.common import TOKENIZE_CHOICES, add_model_args, count, sentences
 from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.embed import Embedder
@@ -71,7 +71,7 @@ def add_commands(sub) -> None:
     p.add_argument("--out", required=True, help="word2vec text file to write; - writes standard output")
     p.add_argument("--dim", type=count, default=256)
     p.add_argument("--epochs", type=count, default=5)
-    p.add_argument("--tokenize", default=None)
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES)
     p.add_argument("--max-sentences", type=count)
     p.set_defaults(func=cmd_probe)
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from elmo.cli.common import batch_size, count, positive_number, whole
+from elmo.cli.common import TOKENIZE_CHOICES, CommandLineError, batch_size, count, positive_number, whole
+from elmo.errors import UsageError
 from elmo.io.text_lines import sentence_lines
-from elmo.tasks.commands import evaluate_task, predict_task, train_task
+from elmo.tasks.commands import FORMATS, check_format, evaluate_task, predict_task, train_task
 
 
 def cmd_task_train(args: argparse.Namespace) -> None:
+    try:  # --format conllu for classify is a command-line mistake (exit 2), found before any file is read
+        check_format(args.task, args.format)
+    except UsageError as err:
+        raise CommandLineError(str(err)) from None
     # not given (None): the shipped model by its name (KMOU is Korean: ko), even beside a local folder of that name
     config = train_task(args.task, args.train, args.dev, args.out, model=args.model, fmt=args.format,
                         input_mode=args.input, epochs=args.epochs, hidden_dim=args.hidden, tokenize=args.tokenize,
@@ -31,7 +36,8 @@ def cmd_task_predict(args: argparse.Namespace) -> None:
     numbered = list(sentence_lines(args.stdio.input(args.input)))
     texts = [(number, line) for number, line in numbered if line.strip()]
     results = dict(zip((number for number, _ in texts),
-                       predict_task(args.task_model, [line for _, line in texts], args.cache) if texts else []))
+                       predict_task(args.task_model, [line for _, line in texts], args.cache,
+                                    tokenize=args.tokenize) if texts else []))
     untokenised = [number for number, result in results.items() if result is None]
     if untokenised:
         shown = ", ".join(map(str, untokenised[:5])) + (" ..." if len(untokenised) > 5 else "")
@@ -56,6 +62,9 @@ def add_commands(sub) -> None:
     p.add_argument("task_model", help="a task model directory (from `elmo task train`)")
     p.add_argument("--input", required=True, help="raw text, one sentence per line; - reads standard input")
     p.add_argument("--cache", help="feature cache directory")
+    p.add_argument("--tokenize", choices=TOKENIZE_CHOICES,
+                   help="how to split the lines instead of the task model's way (whitespace: already tokenised, one "
+                        "tag per space-separated token, as in CoNLL data)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_task_predict)
 
@@ -77,7 +86,9 @@ def _add_task_train(tsub) -> None:
     p.add_argument("--max-dev", type=count, help="use only the first N dev examples")
     p.set_defaults(func=cmd_task_train)
     _task_data_args(p)
-    p.add_argument("--tokenize", help="how to split classification text (default: the model's own)")
+    p.add_argument("--tokenize", choices=TOKENIZE_CHOICES,
+                   help="how to split classification text, and `task predict`'s raw text (default: the model's own; "
+                        "for kmou whitespace, as its eojeols are)")
 
 
 def _layer_input(value: str) -> str:
@@ -88,8 +99,9 @@ def _layer_input(value: str) -> str:
 
 
 def _task_data_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", help="conll2003, wnut17, conllu, conllu-xpos, kmou (tagging); sst, stsa, tsv "
-                                    "(classification); default: train conll2003 / conllu / tsv by task, eval the training format")
+    p.add_argument("--format", choices=tuple(FORMATS),
+                   help="conll2003, wnut17, conllu, conllu-xpos, kmou (tagging); sst, stsa, tsv (classification); "
+                        "default: train conll2003 / conllu / tsv by task, eval the training format")
     p.add_argument("--cache", help="feature cache directory (default ~/.cache/elmo/features)")
     p.add_argument("--max-items", type=count, help="use only the first N examples (training file for train)")
     p.add_argument("--quiet", action="store_true")

@@ -10,8 +10,8 @@ import warnings
 from dataclasses import fields, replace
 from pathlib import Path
 
-from elmo.cli.common import (STDIO, CommandLineError, add_model_args, batch_size, count, load_model, minutes, sentences,
-                             share, vocabulary_size, whole)
+from elmo.cli.common import (STDIO, TOKENIZE_CHOICES, CommandLineError, add_model_args, batch_size, count, load_model,
+                             minutes, sentences, share, vocabulary_size, whole)
 from elmo.cli.graceful_stop import EXIT_CODES, stop_after_step_on_signals, wait_passing_signals
 from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
@@ -19,7 +19,7 @@ from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import UsageError
 from elmo.io.resolve import resolve
 from elmo.training.checkpoint import load_language_model
-from elmo.text.tokenize import TOKENIZER_NAMES, get_tokenizer
+from elmo.text.tokenize import get_tokenizer
 from elmo.training.baselines import baseline_perplexities_of_sets
 from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
@@ -27,9 +27,6 @@ from elmo.training.export import dump_token_embeddings, export_checkpoint
 from elmo.training.lm import LanguageModel
 from elmo.training.trainer import STOP_NAME, Trainer
 
-# what --tokenize takes ("none": whitespace, as "whitespace"): a name outside it is a usage error (exit 2), caught by
-# argparse before any work, as `elmo embed --tokenize` is
-TOKENIZE_CHOICES = (*TOKENIZER_NAMES, "none")
 
 
 def cmd_vocab_build(args: argparse.Namespace) -> None:

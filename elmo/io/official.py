@@ -162,6 +162,12 @@ def _identity_fallbacks(config: ElmoConfig) -> dict[str, Callable[[], np.ndarray
     return fallbacks
 
 
+#: bilm-tf's softmax, which a weight file holds when ``dump_weights`` is run without its softmax filter (bilm-tf
+#: issue #126; AllenNLP's softmax file uses the same names). Not part of the biLM: AllenNLP and bilm-tf pass over it,
+#: so loading does too, unread (it can be 1.6 GB), once its shapes are checked to be a softmax over ``P``.
+SOFTMAX_DATASETS = ("softmax/W", "softmax/b")
+
+
 # ---- load -----------------------------------------------------------------------------------------------------
 
 def read_official_state(weight_file: str | Path, config: ElmoConfig,
@@ -194,7 +200,13 @@ def _read_hdf5(path: Path, config: ElmoConfig | None = None) -> dict[str, np.nda
     if config is not None:
         check_datasets(path, config, dataset_shapes(path))
     check_storage(path)
-    return _visit_datasets(path, lambda dataset: dataset[()])
+    arrays = _visit_datasets(path, lambda dataset: None if _is_softmax(dataset) else dataset[()])
+    return {name: array for name, array in arrays.items() if array is not None}
+
+
+def _is_softmax(dataset: h5py.Dataset) -> bool:
+    """A dataset of bilm-tf's softmax (``SOFTMAX_DATASETS``): never read."""
+    return dataset.name.lstrip("/") in SOFTMAX_DATASETS
 
 
 def dataset_shapes(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -208,7 +220,8 @@ def check_storage(path: Path) -> None:
     """Every dataset's values are stored in the file itself, all of them written (from the headers). HDF5 answers a
     read of values never written, or of a virtual dataset whose source file is missing, with fill values (zeros):
     weights that would load without an error."""
-    problems = {name: problem for name, problem in _visit_datasets(path, _storage_problem).items() if problem}
+    problems = {name: problem for name, problem in _visit_datasets(path, _storage_problem).items()
+                if problem and name not in SOFTMAX_DATASETS}  # the softmax is never read
     if problems:
         name, problem = next(iter(problems.items()))
         raise WeightFileError(f"{path}: dataset {name!r} {problem}; the file is damaged or not a bilm-tf weight file")
@@ -248,10 +261,12 @@ def check_datasets(path: Path, config: ElmoConfig, found: dict[str, tuple[tuple[
     """Every dataset the file declares is one ``config`` implies, of its shape, and of floating-point numbers."""
     table = {entry.dataset: entry.shape for entry in name_table(config)}
     fallbacks = _identity_fallbacks(config)
-    unexpected = sorted(set(found) - set(table))
+    _check_softmax(path, config, {name: found[name] for name in SOFTMAX_DATASETS if name in found})
+    unexpected = sorted(set(found) - set(table) - set(SOFTMAX_DATASETS))
     if unexpected:
-        raise WeightFileError(f"{path}: unexpected dataset {unexpected[0]!r} (and {len(unexpected) - 1} more): "
-                              f"not part of the model options.json describes; check that the two files belong together")
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        raise WeightFileError(f"{path}: unexpected dataset {unexpected[0]!r}{more}: not part of the model options.json "
+                              f"describes; check that the two files belong together")
     for name, shape in table.items():
         if name not in found:
             if name in fallbacks:
@@ -264,6 +279,20 @@ def check_datasets(path: Path, config: ElmoConfig, found: dict[str, tuple[tuple[
         if dtype.kind != "f":
             raise WeightFileError(f"{path}: dataset {name!r} holds {dtype} values where floating-point numbers are "
                                   f"expected; the file is not a weight file, or is damaged")
+
+
+def _check_softmax(path: Path, config: ElmoConfig, found: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    """bilm-tf's softmax datasets, where a file holds them, are ``W`` (V, P) and ``b`` (V,) of floating-point numbers:
+    passed over only when they are what their names say, not any dataset that happens to carry the name."""
+    shapes = {name: shape for name, (shape, _) in found.items()}
+    rows = {shape[0] for shape in shapes.values() if shape}
+    proj = config.lstm.projection_dim
+    weight, bias = SOFTMAX_DATASETS
+    if any(dtype.kind != "f" or len(rows) != 1 or shape != ((*rows, proj) if name == weight else (*rows,))
+           for name, (shape, dtype) in found.items()):
+        described = ", ".join(f"{name!r} {shapes[name]} {found[name][1]}" for name in found)
+        raise WeightFileError(f"{path}: holds {described}, not bilm-tf's softmax over the projection ({weight!r} "
+                              f"(V, {proj}), {bias!r} (V,), floating-point); the file is damaged or not a biLM's")
 
 
 def _hdf5_problem(err: Exception) -> str:

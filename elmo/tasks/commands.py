@@ -43,16 +43,27 @@ FORMATS: dict[str, Callable] = {
 }
 DEFAULT_FORMAT = {"ner": "conll2003", "pos": "conllu", "classify": "tsv"}
 TAGGED = {"conll2003", "wnut17", "conllu", "conllu-xpos", "kmou"}
+# how `task predict` splits raw text for a head trained on a format, when --tokenize is not given (default: the
+# biLM's own tokenizer): KMOU's tokens are the eojeols of its raw sentences, split on spaces with the punctuation
+# kept on them, where the ko tokenizer would split it off and give the head tokens it never saw in training
+DEFAULT_TOKENIZE = {"kmou": "whitespace"}
 
 
-def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items: int | None = None,
-                  ) -> tuple[list, list[str] | list[list[str]]]:
-    """(inputs, gold labels): token lists and tag lists for taggers, raw texts and labels for classification."""
+def check_format(task: str, fmt: str | None) -> str:
+    """The format to read ``task``'s data in (``fmt``, or the task's default); one that is unknown or does not fit
+    the task (a tagged format for classify, a classification one for a tagger) is a UsageError."""
     fmt = fmt or DEFAULT_FORMAT[task]
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if (task == "classify") == (fmt in TAGGED):
         raise UsageError(f"format {fmt!r} does not fit task {task!r} (tagged formats: {', '.join(sorted(TAGGED))})")
+    return fmt
+
+
+def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items: int | None = None,
+                  ) -> tuple[list, list[str] | list[list[str]]]:
+    """(inputs, gold labels): token lists and tag lists for taggers, raw texts and labels for classification."""
+    fmt = check_format(task, fmt)
     items = FORMATS[fmt](path)[:max_items]
     if not items:
         raise UsageError(f"{path}: no examples read (format {fmt})")
@@ -76,6 +87,21 @@ def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, pro
 def _label_set(gold: list) -> set[str]:
     """Every label in gold: one per text (classify) or one per token (tagging)."""
     return {t for g in gold for t in (g if isinstance(g, list) else [g])}
+
+
+def _check_gold(task: str, path: str | Path, gold: list) -> None:
+    """Gold data the task's metric can score: NER gold needs an entity (span F1 of no span is 0 or undefined)."""
+    if task == "ner" and _label_set(gold) <= {"O"}:
+        raise UsageError(f"{path}: every tag is O (no entity): span F1 has nothing to score; give data with "
+                         f"entities")
+
+
+def _check_two_labels(labels: list[str], train_path: str | Path, dev_path: str | Path) -> None:
+    """A head of one label can only predict it: its accuracy is 100 % whatever it learns, so it is refused."""
+    if len(labels) < 2:
+        raise UsageError(f"{train_path}, {dev_path}: one label only ({labels[0]!r}): a head can only predict it, and "
+                         f"its score would be 100 % whatever it learned; give data with two labels or more (is "
+                         f"--format or --max-items right?)")
 
 
 def _warn_if_look_alike(labels: list[str]) -> None:
@@ -104,15 +130,22 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
                progress: bool = True) -> TaskConfig:
     """Train a head on ``train_path`` (best epoch chosen on ``dev_path``) and save it in ``out``; ``max_items`` /
     ``max_dev`` keep only the first examples of each file (quick runs). ``model``: a name or a folder (a local
-    folder wins over a name); None: the shipped model for the data (ko for KMOU, else en), by its name."""
+    folder wins over a name); None: the shipped model for the data (ko for KMOU, else en), by its name.
+    ``tokenize``: how classification text, and later ``task predict``'s raw text, is split; None: the biLM's own
+    tokenizer, or for KMOU whitespace (its tokens are the raw sentence's eojeols, punctuation kept on them)."""
     check_head_settings(epochs, batch_size, hidden_dim, learning_rate)
     if model is None:  # the default by its name, not a local folder that happens to share it
         model = "ko" if fmt == "kmou" else reference(None)
     else:
         model = reference(model)
+    if tokenize is None:
+        tokenize = DEFAULT_TOKENIZE.get(fmt or "")
     with new_folders(check_output_folder(out)):  # made up front (a bad path fails now); removed again on failure
         train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
         dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
+        _check_gold(task, dev_path, dev_gold)
+        labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
+        _check_two_labels(labels, train_path, dev_path)
         dev_only = sorted(_label_set(dev_gold) - _label_set(train_gold))
         if dev_only:  # a class with no training example: the head can hardly predict it
             warnings.warn(f"{dev_path}: {len(dev_only)} label(s) appear in the dev data but not in the training data: "
@@ -121,7 +154,6 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
         LayerInput(embedder.bilm.config.n_output_layers, input_mode)  # a bad --input fails before any embedding
         train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
         dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
-        labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
         _warn_if_look_alike(labels)
         config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
                             input=input_mode, model=model, tokenize=tokenize,
@@ -140,6 +172,7 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
     ``fmt`` is given)."""
     head, config = load_task(task_dir)
     inputs, gold = read_examples(config.task, data, fmt or config.data_format, max_items)
+    _check_gold(config.task, data, gold)
     unknown = sorted(_label_set(gold) - set(config.labels))
     if unknown:  # the head can never predict them: they count as errors (and, for NER, as missed spans)
         warnings.warn(f"{data}: {len(unknown)} label(s) the model never saw in training count as errors: "
@@ -150,11 +183,14 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
 
 
 def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path | None = None,
-                 progress: bool = False) -> list:
+                 progress: bool = False, tokenize: str | None = None) -> list:
     """Predicted labels for raw sentences: a (token, tag) list per sentence, or one label per text; None for a
-    sentence the tokenizer leaves no token of (nothing to predict from)."""
+    sentence the tokenizer leaves no token of (nothing to predict from). ``tokenize``: how to split them instead
+    of the task model's way ("whitespace": already tokenised, one tag per space-separated token)."""
     head, config = load_task(task_dir)
     embedder = _checked_embedder(config)
+    if tokenize is not None:
+        embedder.tokenizer = get_tokenizer(tokenize)
     token_lists = embedder.tokenize(sentences)
     kept = [i for i, tokens in enumerate(token_lists) if tokens]
     out: list = [None] * len(sentences)

@@ -135,6 +135,7 @@ def probe_pos(embedder: Embedder, train_path: str | Path, dev_path: str | Path, 
         if not any(s.tokens for s in sentences):
             raise UsageError(f"{path}: no tagged tokens; the probe needs CoNLL-U sentences to train and score on")
     labels = sorted({t for s in train + dev for t in s.tags})
+    _warn_dev_only_tags(dev_path, {t for s in train for t in s.tags}, [t for s in dev for t in s.tags])
     index = {t: i for i, t in enumerate(labels)}
     gold = lambda sentences: torch.tensor([index[t] for s in sentences for t in s.tags])  # noqa: E731
     train_y, dev_y = gold(train), gold(dev)
@@ -150,6 +151,17 @@ def probe_pos(embedder: Embedder, train_path: str | Path, dev_path: str | Path, 
         results["word2vec"] = _fit_linear(to_matrix(train), train_y, to_matrix(dev), dev_y, len(labels), epochs,
                                           False)
     return results
+
+
+def _warn_dev_only_tags(dev_path: str | Path, train_tags: set[str], dev_tags: list[str]) -> None:
+    """Dev tags the training sentences never show count as errors in every row (no classifier can predict them):
+    said with their share of the dev tokens, as `task train` says it (``--max-sentences`` makes them likelier)."""
+    unseen = Counter(t for t in dev_tags if t not in train_tags)
+    if unseen:
+        names = sorted(unseen)
+        warnings.warn(f"{dev_path}: {len(names)} tag(s) appear in the dev data but not in the training data, "
+                      f"{sum(unseen.values()) / len(dev_tags):.1%} of the dev tokens, counted as errors: "
+                      f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}")
 
 
 # ---- WSD probe --------------------------------------------------------------------------------------------------
