@@ -21,6 +21,8 @@ from elmo.embed import Embedder
 from elmo.errors import InputTypeError, MissingDependencyError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.text_lines import sentence_lines
+from elmo.limits import is_whole
+from elmo.model.mix import check_layers
 
 if TYPE_CHECKING:
     from elmo.tasks.readers import WsdSentence
@@ -150,17 +152,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 def nearest(query: Occurrence, pool: Sequence[Occurrence], layer: int = -1, k: int = 5,
             ) -> list[tuple[float, Occurrence]]:
     """The ``k`` occurrences of ``pool`` most similar (cosine at ``layer``) to ``query``, itself excluded."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise UsageError(f"k={k!r}: give a whole number of neighbours, 1 or more")  # -1 would drop the last one
-    _check_layer(query.vectors.shape[0], layer)
+    if not is_whole(k, 1):  # -1 would drop the last neighbour
+        raise UsageError(f"k={k!r}: give a whole number of neighbours, 1 or more")
+    layer = check_layers(layer, query.vectors.shape[0], names=())
     scored = [(cosine(query.vectors[layer], o.vectors[layer]), o) for o in pool if o is not query]
     return sorted(scored, key=lambda pair: -pair[0])[:k]
-
-
-def _check_layer(n_layers: int, layer: int) -> None:
-    """``layer`` indexes one of ``n_layers`` (negative from the top); otherwise one line, not numpy's IndexError."""
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -n_layers <= layer < n_layers:
-        raise UsageError(f"layer={layer!r}: give a layer number from 0 to {n_layers - 1} (or -1 for the top)")
 
 
 @dataclass(frozen=True)
@@ -183,7 +179,7 @@ def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSepar
     counts = Counter(o.label for o in found)
     if len(counts) < 2 or min(counts.values()) < 2:
         raise UsageError(f"need two or more labels with two or more occurrences each, got {dict(counts)}")
-    _check_layer(found[0].vectors.shape[0], layer)
+    layer = check_layers(layer, found[0].vectors.shape[0], names=())
     labels = np.array([o.label for o in found])
     vectors = np.stack([o.vectors[layer] for o in found]).astype(np.float64)  # (N, D)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

@@ -123,16 +123,18 @@ def _check_first_download(url: str, path: Path) -> None:
     """Before an unpinned download is trusted (its hash recorded), check that it is what its name says: the options
     a model's JSON, the weights bilm-tf's HDF5. A proxy's or a server's HTML page saved in its place would otherwise be
     trusted, and fail to load on every later use. A file that is not is removed (this download made it)."""
-    if path.suffix == ".json":
+    options = path.suffix == ".json"
+    if options:
         try:
             ElmoConfig.from_file(path)
             return
         except ConfigError:
-            pass
-    elif is_weight_file(path):
-        return
-    kind = describe_file(path)
+            kind = describe_file(path)
+    else:
+        weights = is_weight_file(path)  # None: an HDF5 file h5py cannot open
+        if weights:
+            return
+        kind = "an HDF5 file h5py cannot open (damaged or cut short)" if weights is None else describe_file(path)
     path.unlink(missing_ok=True)
-    what = "options" if path.suffix == ".json" else "weights"
-    raise DownloadError(f"{url}: the download is {kind}, not the model's {what}; nothing was kept: try again later, "
-                        f"or download it yourself and pass the local files")
+    raise DownloadError(f"{url}: the download is {kind}, not the model's {'options' if options else 'weights'}; "
+                        f"nothing was kept: try again later, or download it yourself and pass the local files")

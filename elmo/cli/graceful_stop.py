@@ -62,9 +62,9 @@ def stop_after_step_on_signals(trainer: Stoppable, announce: bool = True) -> Ite
 
     def handler(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
-        if trainer.stop_requested is not None:
-            if signum == signal.SIGINT and time.monotonic() - first[0] > REPEAT_SECONDS:
-                raise KeyboardInterrupt  # asked again: stop now
+        if trainer.stop_requested is not None:  # asked again (Ctrl-C, or torchrun passing on a second one as SIGTERM)
+            if time.monotonic() - first[0] > REPEAT_SECONDS:
+                raise KeyboardInterrupt  # stop now: the last checkpoint stays
             return
         first[0] = time.monotonic()
         trainer.request_stop(name)

@@ -28,7 +28,6 @@ from elmo.training.lm import LanguageModel
 from elmo.training.trainer import STOP_NAME, Trainer
 
 
-
 def cmd_vocab_build(args: argparse.Namespace) -> None:
     files = expand_files(args.stdio.inputs(args.files))
     source = SentenceSource(files, get_tokenizer(args.tokenize), shuffle=False, loop=False)

@@ -25,7 +25,7 @@ class InUseError(ElmoError, RuntimeError):
 
 
 class NotWritableError(ElmoError, OSError):
-    """The output's folder does not take new files (read-only, no permission, full)."""
+    """The output's folder does not take new files (a read-only file system, no permission)."""
 
 
 class OutputLock:
@@ -46,7 +46,7 @@ class OutputLock:
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except (PermissionError, OSError) as err:  # the first file elmo makes beside the output: name the output
+            except OSError as err:  # the first file elmo makes beside the output: name the output
                 raise NotWritableError(f"{self.what}: cannot write in {self.path.parent} ({err.strerror or err}); "
                                        f"choose an output in a folder you can write to") from None
             try:

@@ -60,7 +60,7 @@ def _stored(name: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch
     tensor = tensor.detach().cpu()
     if dtype is not None and tensor.is_floating_point():
         stored = tensor.to(dtype)
-        if not bool(torch.isfinite(stored).all()) and bool(torch.isfinite(tensor).all()):
+        if not all_finite(stored) and all_finite(tensor):
             raise UsageError(f"save_model: {name!r} holds values beyond {dtype}'s range (largest "
                              f"{torch.finfo(dtype).max:,.0f}), which would be stored as inf; save with "
                              f"dtype=torch.float32 or torch.bfloat16")
@@ -71,7 +71,7 @@ def _stored(name: str, tensor: torch.Tensor, dtype: torch.dtype | None) -> torch
 
 def check_finite_weight(name: str, tensor: torch.Tensor, who: str) -> None:
     """Refuse to write a weight holding NaN or inf: the file would not load again (every reader refuses it)."""
-    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+    if tensor.is_floating_point() and not all_finite(tensor):
         raise UsageError(f"{who}: the model's {name!r} holds NaN or infinite values; a model written with them would "
                          f"not load again (was it trained or edited into NaN?)")
 

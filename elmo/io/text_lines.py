@@ -52,7 +52,7 @@ def wide_encoding(first_line: bytes) -> tuple[str, str] | None:
         if first_line.startswith(bom):
             return encoding, encoding[:6]  # iconv reads the byte order from the mark
     body = first_line.removesuffix(b"\n")
-    if len(body) >= 4 and body.strip(b"\x00"):
+    if len(body) >= 2 and body.strip(b"\x00"):  # "1" in UTF-16LE is b"1\x00": a first line of one character
         if not body[1::2].strip(b"\x00"):
             return "UTF-16LE (no byte-order mark)", "UTF-16LE"
         if not body[0::2].strip(b"\x00"):

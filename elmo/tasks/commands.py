@@ -188,9 +188,9 @@ def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path |
     sentence the tokenizer leaves no token of (nothing to predict from). ``tokenize``: how to split them instead
     of the task model's way ("whitespace": already tokenised, one tag per space-separated token)."""
     head, config = load_task(task_dir)
-    embedder = _checked_embedder(config)
-    if tokenize is not None:
-        embedder.tokenizer = get_tokenizer(tokenize)
+    # the task model's own way of splitting, or for a KMOU head recorded without one, its eojeols (DEFAULT_TOKENIZE)
+    split = tokenize or config.tokenize or DEFAULT_TOKENIZE.get(config.data_format or "")
+    embedder = _checked_embedder(config, split)
     token_lists = embedder.tokenize(sentences)
     kept = [i for i, tokens in enumerate(token_lists) if tokens]
     out: list = [None] * len(sentences)
@@ -203,9 +203,10 @@ def predict_task(task_dir: str | Path, sentences: list[str], cache: str | Path |
     return out
 
 
-def _checked_embedder(config: TaskConfig) -> Embedder:
-    """The biLM the head was trained on; a different one (an updated model, another directory) is refused."""
-    embedder = _embedder(config.model, config.tokenize)
+def _checked_embedder(config: TaskConfig, tokenize: str | None = None) -> Embedder:
+    """The biLM the head was trained on, splitting raw text by ``tokenize`` (default: as the task model records); a
+    different biLM (an updated model, another directory) is refused."""
+    embedder = _embedder(config.model, tokenize or config.tokenize)
     sizes = (embedder.bilm.config.n_output_layers, embedder.dim)
     if sizes != (config.n_layers, config.dim):  # also where no model_id was recorded
         raise UsageError(f"the biLM {config.model!r} gives {sizes[0]} layers of {sizes[1]} values, this task model "

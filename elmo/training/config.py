@@ -225,5 +225,3 @@ def _model(table: Any, source: str) -> ElmoConfig:
                  "not read there: [model] holds the [model.lstm] and [model.char_cnn] tables only (or a preset)")
         raise ConfigError(f"{source}: [model] holds {extra[0]!r}, {where}")
     return ElmoConfig.from_options(table, source=source, strict=True)
-
-

@@ -137,7 +137,11 @@ def test_predict_on_kmou_raw_sentences_reads_the_eojeols_eval_reads(tmp_path, ca
     predicted = _predicted(capsys, task, raw)
     assert [[t for t, _ in s] for s in predicted] == [["한석규가", "사진관을", "운영한다."], ["서울에", "갔다,", "김철수와."]]
     assert predicted == _evaluated(task, data)
-    assert json.loads((task / "task.json").read_text(encoding="utf-8"))["tokenize"] == "whitespace"
+    record = json.loads((task / "task.json").read_text(encoding="utf-8"))
+    assert record["tokenize"] == "whitespace"
+    record["tokenize"] = None  # a KMOU head that recorded no tokenizer (trained before heads recorded one)
+    (task / "task.json").write_text(json.dumps(record), encoding="utf-8")
+    assert _predicted(capsys, task, raw) == predicted
 
 
 def test_predict_tokenize_whitespace_gives_one_tag_per_given_token(tmp_path, capsys):

@@ -21,7 +21,8 @@ TEXT = "The bank closed .\nA river bank\n"
     ("utf32.txt", TEXT.encode("utf-32"), "UTF-32LE text"),
     ("nobom.txt", TEXT.encode("utf-16-le"), "UTF-16LE (no byte-order mark)"),  # valid UTF-8, a NUL by each letter
     ("utf16.txt.gz", gzip.compress(TEXT.encode("utf-16")), "UTF-16LE text"),
-], ids=["utf16", "utf16be", "utf32", "utf16-without-bom", "utf16-gzip"])
+    ("short.txt", "1\nThe bank closed .\n".encode("utf-16-le"), "UTF-16LE (no byte-order mark)"),  # b"1\x00\n"
+], ids=["utf16", "utf16be", "utf32", "utf16-without-bom", "utf16-gzip", "utf16-one-character-first-line"])
 @pytest.mark.parametrize("errors", ["strict", "replace"])
 def test_a_utf16_or_utf32_file_is_refused_not_embedded_as_garbage(tmp_path, capsys, name, data, encoding, errors):
     (tmp_path / name).write_bytes(data)
