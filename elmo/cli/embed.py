@@ -152,7 +152,7 @@ def _add_embed(sub) -> None:
     fast.add_argument("--bf16", action="store_true",
                       help="matrix products in bfloat16: faster on CPUs with bf16 units (AMX); vectors about 0.4%% off")
     fast.add_argument("--int8", action="store_true",
-                      help="LSTM products in int8 (dynamic quantisation, CPU only): fastest; vectors 3-5%% off")
+                      help="LSTM products in int8 (dynamic quantisation, CPU only): fastest; vectors 3-7%% off")
     p.add_argument("--cache-vocab", help="word list (one per line, plain or .gz; a bilm-tf vocabulary works) whose "
                                         "token vectors are computed once (faster)")
     p.add_argument("--tokenize", choices=EMBED_TOKENIZERS, default="whitespace",

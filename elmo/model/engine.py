@@ -4,15 +4,20 @@ The trainable ``BiLM`` holds parameters and nothing derived from them. What infe
 lives here, built once by ``InferenceEngine.build`` and dropped with the engine:
 
 * the LSTM matrices pre-packed for BLAS (``elmo.model.packed``), in the chosen precision: "fp32" (exact), "bf16"
-  (matrix products and convolutions in bfloat16, about 1e-2 off) or "int8" (the LSTM products with int8 weights and
-  dynamically quantised inputs, CPU only, a few 1e-2 off); LSTM states and gates stay float32 in every mode;
-* in fp32 on the CPU, the character encoder's highway and projection matrices packed too (``FrozenLinear``);
+  (matrix products and convolutions in bfloat16: vectors about 0.5 % off, single values by 1e-2 to 3e-2) or "int8"
+  (the LSTM products with int8 weights and dynamically quantised inputs, CPU only: vectors 3-7 % off, single values
+  by up to 0.7 on the shipped en); LSTM states and gates stay float32 in every mode;
+* a copy of the character encoder; in fp32 on the CPU its highway and projection matrices are packed instead
+  (``FrozenLinear``), and only the character embedding and the convolutions are copied;
 * a token cache (precomputed token vectors of a word list) and a memo of recently seen words' token vectors;
 * a reusable buffer for the input projections, per thread, freed by ``close()``;
 * in stateful mode, the states carried from batch to batch.
 
 The engine never changes the module it was built from (no ``.to``, ``.eval``, no attributes written). It does not
-watch the weights: after they change (training, ``load_state_dict``), ``rebuild()`` it or build a new one.
+watch the weights (fused optimisers and edits through ``.data`` leave no trace to watch): it keeps the weights it was
+built from, every layer of them, until ``rebuild()``. A deterministic engine may be called from several threads at
+once (the memo takes a lock; the buffers are per thread); a stateful one carries one stream of states, so its calls
+belong to one thread, in order; ``rebuild()`` and ``close()`` wait for no running call, so none may run then.
 """
 
 from __future__ import annotations
@@ -88,6 +93,18 @@ def _word_list(words: object) -> list[str]:
     return listed
 
 
+def _encoder_copy(source: CharEncoder, device: torch.device, packed: bool) -> CharEncoder:
+    """The engine's own copy of the character encoder on ``device``, so that a later change to the biLM's weights
+    cannot reach the token layer while the LSTM layers keep the old ones (the memo would then hold both). With
+    ``packed`` (fp32 on the CPU) the engine runs packed copies of the highway and projection layers (``FrozenLinear``):
+    where the source already lives on ``device``, those layers' parameters are shared, not copied (never read by the
+    engine's forward pass: 71 MB saved for the original-size model); elsewhere everything is copied and moved."""
+    if not packed or source.projection.weight.device != device:
+        return copy.deepcopy(source).to(device)
+    unused = [p for module in (*source.highways, source.projection) for p in module.parameters()]
+    return copy.deepcopy(source, {id(p): p for p in unused})  # (memo: these objects stay themselves)
+
+
 class InferenceEngine:
     """Character ids (B, T, W) -> ``BiLMOutput``, without autograd, from frozen copies of a biLM's weights."""
 
@@ -96,7 +113,7 @@ class InferenceEngine:
                  memo_words: int = MEMO_WORDS) -> None:
         """Prefer ``InferenceEngine.build``; the arguments are the same."""
         check_device(device)
-        if precision not in PRECISIONS:
+        if not isinstance(precision, str) or precision not in PRECISIONS:
             raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.bilm = bilm
         self.precision = precision
@@ -132,12 +149,11 @@ class InferenceEngine:
         encoder_dtype, lstm_dtype = PRECISIONS[self.precision]
         if lstm_dtype == torch.qint8 and self.device.type != "cpu":
             raise UsageError("the int8 mode runs on the CPU only; use fp32 or bf16 on other devices")
-        source = self.bilm.char_encoder
-        same_place = source.projection.weight.device == self.device
-        # the encoder runs as it is where it already lives (it holds no state a forward pass changes); elsewhere a copy
-        self.encoder: CharEncoder = source if same_place else copy.deepcopy(source).to(self.device)
+        packed = encoder_dtype is None and self.device.type == "cpu"  # highway and projection by FrozenLinear
+        self.encoder: CharEncoder | None = _encoder_copy(self.bilm.char_encoder, self.device, packed)
+        self.token_dtype = self.encoder.projection.weight.dtype
         self.encoder_dtype = encoder_dtype
-        self.token_linears = self._frozen_linears() if encoder_dtype is None and self.device.type == "cpu" else None
+        self.token_linears = self._frozen_linears() if packed else None
         self.scratch = ProjectionScratch() if lstm_dtype is None else None
         self.layers = [[FrozenLayer(layer, lstm_dtype, self.device, self.scratch) for layer in stack.layers]
                        for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
@@ -147,16 +163,21 @@ class InferenceEngine:
         if self.cache_words:
             width = self.config.char_cnn.max_characters_per_token
             self.token_cache = build_token_cache(self._encode_computed, self.cache_words, width, self.device)
+        self.closed = False
 
     def close(self) -> None:
-        """Free what the engine holds (packed matrices, memo, buffers); ``rebuild()`` makes them again."""
+        """Free what the engine holds (packed matrices, encoder copy, memo, buffers); ``rebuild()`` makes them
+        again. A closed engine refuses to run (with no LSTM layers it would give the token layer alone)."""
+        self.closed = True
         self.layers, self.memo, self.token_cache, self.scratch = [[], []], None, None, None
-        self.token_linears = None
+        self.encoder, self.token_linears = None, None
         self.carrier.reset()
 
     def forget_tokens(self) -> None:
-        """Empty the memo of recently seen words (so later numbers never depend on earlier inputs' order)."""
-        self.memo = TokenMemo(self.memo_words)
+        """Empty the memo of recently seen words (so later numbers never depend on earlier inputs' order). A closed
+        engine stays closed: this makes no memo that would let it run."""
+        if not self.closed:
+            self.memo = TokenMemo(self.memo_words)
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
@@ -165,9 +186,8 @@ class InferenceEngine:
     @torch.inference_mode()
     def __call__(self, char_ids: torch.Tensor) -> BiLMOutput:
         """char ids (B, T, W) without sentence boundaries -> every layer (``BiLM.forward``'s contract)."""
-        if self.memo is None:
-            raise UsageError("this inference engine was closed; call rebuild() first")
-        runner = Runner(self._encode, self._stacks, self.encoder.projection.weight.dtype)
+        self._check_open()
+        runner = Runner(self._encode, self._stacks, self.token_dtype)
         return run_bilm(self.config, runner, char_ids.to(self.device), self.carrier if self.stateful else None)
 
     @torch.inference_mode()
@@ -175,7 +195,12 @@ class InferenceEngine:
                   states: list[State]) -> tuple[list[torch.Tensor], list[State]]:
         """One direction's LSTM layers alone (0 forward, 1 backward): x (B, T, P) sorted longest first, the rows
         running at each step, each layer's (h, c) -> every layer's output (B, T, P) and final state."""
+        self._check_open()
         return run_stack(self.layers[direction], x, batch_sizes, states, self.skip[direction])
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise UsageError("this inference engine was closed; call rebuild() first")
 
     def _stacks(self, x_forward: torch.Tensor, x_backward: torch.Tensor, batch_sizes: list[int],
                 forward_states: list[State], backward_states: list[State]):

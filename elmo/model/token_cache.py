@@ -8,6 +8,7 @@ cache still go through the CNN, so any input works. Both the cache and the memo 
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -45,19 +46,26 @@ class TokenMemo:
 
     Frozen inference computes each word's token layer once while it stays in the memo: running text is Zipfian,
     so after the first few batches most tokens are words already seen. Keyed by the character-id row; an engine
-    holds one for the weights it was built from. Memory is bounded: ``capacity`` x P floats.
+    holds one for the weights it was built from. Memory is bounded: ``capacity`` x P floats. One call at a time
+    (a lock): two threads would otherwise take the same free slot, or read a slot another one is refilling, and get
+    other words' vectors.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.slots: OrderedDict[bytes, int] = OrderedDict()  # key -> row of ``vectors``, oldest first
         self.vectors: torch.Tensor | None = None  # (capacity, P), allocated on first use
+        self.lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.slots)
 
     def encode(self, char_ids: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """Distinct rows (U, W) -> (U, P): remembered rows looked up, the others computed by ``compute`` and kept."""
+        with self.lock:
+            return self._encode(char_ids, compute)
+
+    def _encode(self, char_ids: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         keys = [row.tobytes() for row in char_ids.to(torch.int16).cpu().numpy()]
         slots = [self.slots.get(k, -1) for k in keys]
         missing = [i for i, slot in enumerate(slots) if slot < 0]
@@ -99,10 +107,23 @@ class TokenMemo:
 
 def build_token_cache(compute: Callable[[torch.Tensor], torch.Tensor], words: Sequence[str], width: int,
                       device: torch.device, batch_size: int = 1024) -> TokenCache:
-    """Run ``compute`` ((N, W) ids -> (N, P) token vectors) over ``words`` once and cache the results."""
-    rows = torch.tensor([word_to_char_ids(w, width) for w in words], dtype=torch.long).view(-1, width)  # (V, W)
-    with torch.inference_mode():
-        parts = [compute(rows[i : i + batch_size].to(device)) for i in range(0, len(rows), batch_size)]
-    if not parts:
+    """Run ``compute`` ((N, W) ids -> (N, P) token vectors) over ``words`` once and cache the results.
+
+    Batch by batch into arrays of the final size: a bilm-tf vocabulary (793,471 words) would otherwise hold every
+    word's ids as Python tuples (1.7 KB each), then the vectors three times over (parts, joined, copied). The ids
+    are made without ``word_to_char_ids``' memo, which would keep 200,000 of these words' tuples for good."""
+    if not words:
         raise ValueError("token cache: no words given")
-    return TokenCache(rows, torch.cat(parts).clone())  # (V, P), a normal tensor
+    char_ids = word_to_char_ids.__wrapped__  # the function itself, not its memo
+    rows = torch.empty(len(words), width, dtype=torch.int16)  # (V, W)
+    vectors: torch.Tensor | None = None  # (V, P), a normal tensor, made at the first batch (P and dtype from it)
+    with torch.inference_mode():
+        for start in range(0, len(words), batch_size):
+            batch = torch.tensor([char_ids(w, width) for w in words[start : start + batch_size]])  # (b, W)
+            rows[start : start + batch.shape[0]] = batch
+            out = compute(batch.to(device))  # (b, P)
+            if vectors is None:
+                with torch.inference_mode(False):
+                    vectors = out.new_empty(len(words), out.shape[1])
+            vectors[start : start + batch.shape[0]] = out
+    return TokenCache(rows, vectors)
