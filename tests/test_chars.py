@@ -1,3 +1,5 @@
+import tracemalloc
+
 import torch
 
 from elmo.data.chars import (BOS_IDS, EOS_IDS, add_sentence_boundaries, batch_to_ids, word_to_char_bytes,
@@ -48,3 +50,18 @@ def test_char_bytes_are_the_char_ids_as_int16():
         for width in (50, 10):
             table = torch.frombuffer(bytearray(word_to_char_bytes(word, width)), dtype=torch.int16)
             assert table.tolist() == list(word_to_char_ids(word, width))
+
+
+def test_remembered_rows_share_their_ids():
+    """word_to_char_ids remembers up to 200,000 words' rows: each row must reference shared ints, not hold a new int
+    object for every id above 256 (the marks and each padding slot: ~1.7 KB a word instead of ~0.5 KB)."""
+    word_to_char_ids.cache_clear()
+    tracemalloc.start()
+    try:
+        rows = [word_to_char_ids(f"w{i}x") for i in range(20_000)]
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        word_to_char_ids.cache_clear()
+    assert rows[0][:6] == (259, 120, 49, 121, 260, 261)  # <w, "w0x", w>, padding (ids shifted by one)
+    assert used < 20_000 * 800, used  # shared ints: ~540 bytes a word; a new int per id: ~1,900
