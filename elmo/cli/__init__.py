@@ -91,16 +91,23 @@ def _run(args: argparse.Namespace, command: str) -> int:
         return 0
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Terminated)
         terminated = isinstance(err, Terminated)
-        print(f"{command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        _say_error(f"{command}: {'terminated' if terminated else 'interrupted'}")  # under torchrun: one line
         return EXIT_CODES["SIGTERM" if terminated else "SIGINT"]
     except CommandLineError as err:
         if args.debug:
             raise
-        print(f"{command}: error: {args.stdio.display(one_line(err))}", file=sys.stderr)
+        _say_error(f"{command}: error: {args.stdio.display(one_line(err))}")
         return 2
     except Exception as err:
         if args.debug or not users_to_fix(err):
             raise  # a bug in elmo (or --debug): the whole traceback
-        print(f"{command}: error: {args.stdio.display(one_line(err))}", file=sys.stderr)
+        _say_error(f"{command}: error: {args.stdio.display(one_line(err))}")
         return 1
     return 0
+
+
+def _say_error(line: str) -> None:
+    """An error's one line on stderr; under torchrun, from the first process only: every process meets the same
+    arguments and files, and N copies of the line would read as N problems (the exit code is each process's own)."""
+    if os.environ.get("RANK", "0") == "0" or "WORLD_SIZE" not in os.environ:
+        print(line, file=sys.stderr)

@@ -54,7 +54,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     if not args.resume and not args.init_from and not args.vocab:  # those two bring their vocabulary
         raise CommandLineError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
-    if args.nproc and args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # settings checked above, once
+    world = os.environ.get("WORLD_SIZE")  # under torchrun, already
+    if args.nproc is not None and world is not None and args.nproc != int(world):  # not a silently different run
+        raise CommandLineError(f"--nproc {args.nproc} given, but torchrun started {world} processes: leave out "
+                               f"--nproc under torchrun (its --nproc_per_node sets the number)")
+    if args.nproc is not None and args.nproc > 1 and world is None:  # settings checked above, once
         _relaunch_with_torchrun(args.nproc, Path(args.out) / STOP_NAME)
         return
     trainer = Trainer(config, args.files, args.out, vocab=vocab,
@@ -114,8 +118,8 @@ def _relaunch_with_torchrun(nproc: int, stop_file: Path) -> None:
             skip = True
         elif not arg.startswith("--nproc="):
             argv.append(arg)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "elmo", *argv]
+    launch = "import sys; from elmo.cli.torchrun import torchrun_quietly; sys.exit(torchrun_quietly(sys.argv[1:]))"
+    command = [sys.executable, "-c", launch, "--standalone", f"--nproc_per_node={nproc}", "-m", "elmo", *argv]
     raise SystemExit(wait_passing_signals(command, stop_file))
 
 
@@ -245,7 +249,8 @@ def _add_train(sub) -> None:
     p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
                    help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with the model, kept on resume "
                         "and --init-from, used by show and perplexity (and by embed with --tokenize model)")
-    p.add_argument("--nproc", type=lambda text: count(text, 0, 1024), default=0, help="processes on this machine (runs torchrun)")
+    p.add_argument("--nproc", type=lambda text: count(text, 1, 1024), default=None,
+                   help="processes on this machine (more than 1 runs torchrun)")
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_train)

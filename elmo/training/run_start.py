@@ -11,6 +11,7 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -173,3 +174,11 @@ def start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None
     config = replace(config, model=start.bilm.config, freeze_bilm_steps=freeze,
                      tokenize=None if tokenize == "whitespace" else tokenize)  # given: over the source's
     return start, config, start.vocab if start.vocab is not None else vocab
+
+
+def training_files(files: Sequence[str | Path], checkpoint: Checkpoint | None) -> Sequence[str | Path]:
+    """The files given, or, when none are, those of the run being resumed (its trainer.json names them): `elmo train
+    --resume RUN` alone goes on with the run's own text, as its help says, instead of failing on "no training files"."""
+    if files or checkpoint is None:
+        return files
+    return checkpoint.trainer.get("files", [])

@@ -37,7 +37,7 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import Distributed, run_device, settle_run
+from elmo.training.run_start import Distributed, run_device, settle_run, training_files
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
@@ -89,7 +89,7 @@ class Trainer:
             self.model.softmax.row_gradients = RowGradients()
         # each rank draws its own negatives, as each bilm-tf tower does (rank 0: the seed of single-process runs)
         self.sampler = LogUniformSampler(len(vocab), seed=config.seed + 1_000_003 * self.env.rank)
-        self._open_streams(files, tokenizer)
+        self._open_streams(training_files(files, checkpoint), tokenizer)
         self.states = self.model.zero_states(config.batch_size, self.device)
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
         self.bad_steps = 0  # consecutive batches skipped for a non-finite loss

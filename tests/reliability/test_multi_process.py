@@ -1,0 +1,59 @@
+"""``elmo train --nproc N`` and a user's own ``torchrun -m elmo train``: a mistake ends in one line and its exit
+code, as in one process (not torchrun's traceback, nor a line per process); a number of processes that the run
+would not get is refused; a resumed run goes on with its own files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from elmo.io.checkpoint import list_checkpoints
+from tests.conftest import micro_train_config
+from tests.reliability.tiny import cli, elmo_process, one_error_line, text_file
+
+
+def _run_inputs(tmp_path):
+    """A corpus, its vocabulary and a micro config: the arguments of a new run before ``--out``."""
+    corpus = text_file(tmp_path / "train.txt", 400)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(97)), encoding="utf-8")
+    config = tmp_path / "micro.json"
+    config.write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
+    return ["train", corpus, "--vocab", vocab, "--config", config, "--quiet"]
+
+
+@pytest.mark.slow
+def test_an_error_under_nproc_is_one_line_not_torchruns_traceback(tmp_path, capsys):
+    run = tmp_path / "run"
+    rc, err = cli(capsys, *_run_inputs(tmp_path), "--out", run, "--max-steps", "2")
+    assert rc == 0, err
+    process = elmo_process("train", "--resume", run, "--out", run, "--max-steps", "4", "--quiet", "--nproc", "2")
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1
+    one_error_line(err, "written by 1 processes", "got 2")
+    assert [c.name for c in list_checkpoints(run)] == ["step-00000002"]
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []  # no .lock, no .stop
+
+
+def test_nproc_0_is_refused(tmp_path, capsys):
+    rc, err = cli(capsys, *_run_inputs(tmp_path), "--out", tmp_path / "run", "--max-steps", "2", "--nproc", "0")
+    assert rc == 2 and "--nproc: must be at least 1" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_nproc_other_than_torchruns_processes_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc_per_node 1
+    rc, err = cli(capsys, *_run_inputs(tmp_path), "--out", tmp_path / "run", "--max-steps", "2", "--nproc", "2")
+    assert rc == 2
+    one_error_line(err, "--nproc 2 given, but torchrun started 1 processes")
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_without_files_goes_on_with_the_runs_own(tmp_path, capsys):
+    run = tmp_path / "run"
+    rc, err = cli(capsys, *_run_inputs(tmp_path), "--out", run, "--max-steps", "2")
+    assert rc == 0, err
+    rc, err = cli(capsys, "train", "--resume", run, "--out", run, "--max-steps", "3", "--quiet")
+    assert rc == 0, err
+    assert [c.name for c in list_checkpoints(run)][-1] == "step-00000003"
