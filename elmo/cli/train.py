@@ -25,6 +25,7 @@ from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
 from elmo.training.export import dump_token_embeddings, export_checkpoint
 from elmo.training.lm import LanguageModel
+from elmo.training.run_start import Distributed
 from elmo.training.trainer import STOP_NAME, Trainer
 
 
@@ -54,8 +55,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if not args.resume and not args.init_from and not args.vocab:  # those two bring their vocabulary
         raise CommandLineError("a vocabulary is needed: pass --vocab (build one with `elmo vocab build`)")
     vocab = Vocabulary.load(args.vocab) if args.vocab else None
-    world = os.environ.get("WORLD_SIZE")  # under torchrun, already
-    if args.nproc is not None and world is not None and args.nproc != int(world):  # not a silently different run
+    world = Distributed.from_env().world if "WORLD_SIZE" in os.environ else None  # under torchrun, already
+    if args.nproc is not None and world is not None and args.nproc != world:  # not a silently different run
         raise CommandLineError(f"--nproc {args.nproc} given, but torchrun started {world} processes: leave out "
                                f"--nproc under torchrun (its --nproc_per_node sets the number)")
     if args.nproc is not None and args.nproc > 1 and world is None:  # settings checked above, once

@@ -153,6 +153,7 @@ class TrainConfig:
             raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
         except RecursionError:
             raise ConfigError(f"{path}: nested too deeply to be a training config") from None
+        _check_optimizer_keys(data, str(path))
         return cls.from_dict(data, source=str(path))
 
     def replace(self, **changes: Any) -> "TrainConfig":
@@ -190,6 +191,16 @@ _UPPER = {"batch_size": MAX_BATCH_SIZE, "unroll_steps": 100_000, "n_negative_sam
           "learning_rate": 1e6, "initial_accumulator": 1e6, "clip_norm": 1e12}
 _OPTIONAL = {"max_steps", "max_minutes", "freeze_bilm_steps"}  # None: no limit (freeze_bilm_steps: the default)
 _TRAIN_KEYS = {f.name for f in fields(TrainConfig)} - {"model"}  # the keys of [train]
+
+
+def _check_optimizer_keys(data: Any, source: str) -> None:
+    """A config file that sets ``initial_accumulator`` (Adagrad's) for ``optimizer = "adam"`` is refused: Adam has
+    no accumulator, so the run would train without the setting it was given. Checked on files only: a checkpoint
+    records every key, the unused one included."""
+    train = data.get("train") if isinstance(data, dict) else None
+    if isinstance(train, dict) and train.get("optimizer") == "adam" and "initial_accumulator" in train:
+        raise ConfigError(f"{source}: initial_accumulator is Adagrad's starting accumulator, and optimizer = \"adam\" "
+                          f"has none: remove it, or use optimizer = \"adagrad\"")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

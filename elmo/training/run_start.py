@@ -38,12 +38,30 @@ class Distributed:
 
     @classmethod
     def from_env(cls) -> "Distributed":
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                   int(os.environ.get("LOCAL_RANK", 0)))
+        """torchrun's RANK, WORLD_SIZE and LOCAL_RANK (absent: one process), each checked: a value left in the
+        environment by hand (``WORLD_SIZE=two``, a rank beyond the count) is a UsageError naming it, not a traceback
+        from ``int`` or a process waiting forever for the others."""
+        rank, world, local = (_whole_from_env(name, default) for name, default in
+                              (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)))
+        if world < 1 or rank >= world:
+            raise UsageError(f"the environment says RANK={rank} of WORLD_SIZE={world} processes: torchrun sets these; "
+                             f"unset them to train in one process")
+        return cls(rank, world, local)
 
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+
+def _whole_from_env(name: str, default: int) -> int:
+    """The environment variable ``name`` as a whole number (``default`` when unset)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    if not text.strip().isdigit():
+        raise UsageError(f"the environment variable {name}={text!r} is not a whole number: torchrun sets it for each "
+                         f"process; unset it to train in one process")
+    return int(text)
 
 
 def run_device(device: str | torch.device | None, env: Distributed) -> torch.device:

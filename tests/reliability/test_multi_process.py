@@ -57,3 +57,20 @@ def test_resume_without_files_goes_on_with_the_runs_own(tmp_path, capsys):
     rc, err = cli(capsys, "train", "--resume", run, "--out", run, "--max-steps", "3", "--quiet")
     assert rc == 0, err
     assert [c.name for c in list_checkpoints(run)][-1] == "step-00000003"
+
+
+@pytest.mark.parametrize("environment, fragment", [
+    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not a whole number"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1' is not a whole number"),
+    ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 of WORLD_SIZE=2 processes"),
+    ({"RANK": "1"}, "RANK=1 of WORLD_SIZE=1 processes"),
+])
+def test_a_stray_torchrun_environment_is_one_line(tmp_path, capsys, monkeypatch, environment, fragment):
+    """``int("two")`` was a traceback; a rank beyond the count printed nothing at all (only "the first process"
+    says an error under torchrun) and would have waited for processes that never come."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    rc, err = cli(capsys, *_run_inputs(tmp_path), "--out", tmp_path / "run", "--max-steps", "2")
+    assert rc == 1
+    one_error_line(err, fragment, "unset")
+    assert not (tmp_path / "run").exists()

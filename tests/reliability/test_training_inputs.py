@@ -173,3 +173,24 @@ def test_a_training_command_line_without_text_or_vocabulary_is_a_usage_error(tmp
     rc, err = cli(capsys, "train", *args, "--out", tmp_path / "run")
     assert rc == 2 and fragment in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_adagrads_accumulator_with_adam_is_refused(tmp_path, capsys, texts):
+    """``initial_accumulator`` was left unused without a word when the file also chose Adam."""
+    config = _json_config(tmp_path / "adam.json", {"optimizer": "adam", "initial_accumulator": 0.5})
+    rc, err = _train(capsys, texts, tmp_path / "run", "--config", config)
+    assert rc == 1
+    one_error_line(err, "adam.json", "initial_accumulator is Adagrad's", 'optimizer = "adagrad"')
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_with_adam_still_resumes(tmp_path, capsys, texts):
+    """A checkpoint records every key, Adagrad's accumulator too: resuming an Adam run is not refused for it."""
+    data = micro_train_config().to_dict()
+    data["train"] = {k: v for k, v in data["train"].items() if k != "initial_accumulator"} | {"optimizer": "adam"}
+    (tmp_path / "adam.json").write_text(json.dumps(data), encoding="utf-8")
+    run = tmp_path / "run"
+    rc, err = _train(capsys, texts, run, "--config", tmp_path / "adam.json")
+    assert rc == 0, err
+    rc, err = cli(capsys, "train", "--resume", run, "--out", run, "--max-steps", "2", "--quiet")
+    assert rc == 0, err
