@@ -64,6 +64,21 @@ def _whole_from_env(name: str, default: int) -> int:
     return int(text)
 
 
+def check_same_text(checkpoint: Checkpoint, files: Sequence[str]) -> None:
+    """A resumed run reads the files its checkpoint's data position refers to, at their recorded sizes: other files,
+    or a file that grew or shrank since, would put the position into other text. A UsageError names the file."""
+    trainer = checkpoint.trainer
+    saved = trainer.get("files", files)
+    if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in files]:  # ./a.txt = /x/a.txt
+        raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(saved)}; resume with the same "
+                         f"training files (use --init-from to continue on new text)")
+    for name, size in zip(files, trainer.get("file_sizes", [])):  # absent in older checkpoints
+        if (now := os.path.getsize(name)) != size:
+            raise UsageError(f"{name}: {now:,} bytes, {size:,} when {checkpoint.path.name} was saved: its data "
+                             f"position would point into other text; resume with the same text, or start a run "
+                             f"from these weights with --init-from")
+
+
 def run_device(device: str | torch.device | None, env: Distributed) -> torch.device:
     """The device this process trains on: the one given, checked before any work (``meta``, or ``cuda`` on a machine
     without it, would fail inside torch at the first step), else this process's GPU, else the CPU."""

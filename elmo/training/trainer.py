@@ -37,7 +37,7 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import Distributed, run_device, settle_run, training_files
+from elmo.training.run_start import Distributed, check_same_text, run_device, settle_run, training_files
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
@@ -60,8 +60,7 @@ class Trainer:
         checkpoint's own by ``TrainConfig.resumed``; without it, only ``config``'s stopping limits are."""
         self._join_processes(device)
         self.out_dir, self.progress = output_folder(out_dir, "out_dir"), progress and self.env.main  # no file, no ""
-        self._checked_unknown = False
-        self._lock, self._made_folders = None, []
+        self._checked_unknown, self._lock, self._made_folders, self.closed = False, None, [], False
         if self.env.main:  # one run at a time writes a run folder: a second gets "in use by pid N"
             self._made_folders = make_folders(self.out_dir)
             self._lock = OutputLock(self.out_dir / LOCK_NAME, str(self.out_dir)).acquire()
@@ -99,7 +98,9 @@ class Trainer:
         self.ddp = self._wrap_for_processes()
 
     def close(self) -> None:
-        """Give the run folder's lock back; the folders this run made and left empty are removed."""
+        """Give the run folder's lock back; the folders this run made and left empty are removed. The Trainer is done:
+        ``train``, ``train_step`` and ``save`` are refused after it (they would write the folder unlocked)."""
+        self.closed = True
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -159,9 +160,8 @@ class Trainer:
 
     @property
     def _fused_optimizer(self) -> bool | None:
-        """PyTorch's fused CPU kernels (torch 2.4 and later): one pass over each parameter instead of several (Adagrad
-        over ship-cpu's 13.5 M parameters, most of them the softmax: 59-76 -> 25-30 ms a step; same values to float
-        rounding). Elsewhere, and on older torch, PyTorch's default."""
+        """PyTorch's fused CPU kernels (torch >= 2.4; elsewhere its default): one pass over each parameter, not
+        several (Adagrad over 13.5 M parameters, mostly the softmax: 59-76 -> 25-30 ms a step; same values to rounding)."""
         return True if self.device.type == "cpu" and torch.__version__ >= "2.4" else None
 
     def _restore(self, checkpoint) -> None:
@@ -169,15 +169,7 @@ class Trainer:
         if trainer.get("world", 1) != self.env.world:
             raise UsageError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
                              f"the same number (got {self.env.world})")
-        saved = trainer.get("files", self.files)
-        if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in self.files]:  # ./a.txt = /x/a.txt
-            raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(trainer['files'])}; resume "
-                             f"with the same training files (use --init-from to continue on new text)")
-        for name, size in zip(self.files, trainer.get("file_sizes", [])):  # absent in older checkpoints
-            if (now := os.path.getsize(name)) != size:
-                raise UsageError(f"{name}: {now:,} bytes, {size:,} when {checkpoint.path.name} was saved: its data "
-                                 f"position would point into other text; resume with the same text, or start a run "
-                                 f"from these weights with --init-from")
+        check_same_text(checkpoint, self.files)
         try:
             self._load_states(checkpoint)
         except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
@@ -220,6 +212,7 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One batch: returns the loss (mean of both directions) and each direction's sampled loss."""
+        self._check_open()
         batches = [b.next_batch() for b in self.batchers]
         if any(b is None for b in batches):
             raise RuntimeError("the training stream ended")  # streams loop, so this means no text at all
@@ -299,10 +292,16 @@ class Trainer:
     def train(self) -> list[dict[str, float]]:
         """Train until max_steps or max_minutes; checkpoint every checkpoint_every steps and at the end. The run
         folder's lock is given back at the end, however the loop ends."""
+        self._check_open()
         try:
             return self._train()
         finally:
             self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:  # one line, as a misuse; not a write into a folder another run may hold
+            raise UsageError(f"this Trainer of {self.out_dir} is closed (train() returned, or close() was called): "
+                             f"make a new Trainer with resume={str(self.out_dir)!r} to go on")
 
     def _train(self) -> list[dict[str, float]]:
         cfg = self.config
@@ -368,6 +367,7 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
+        self._check_open()
         rank_state = {
             "data": [b.state_dict() for b in self.batchers],
             "tensors": {f"d{d}.l{l}.{name}": t.detach().cpu()

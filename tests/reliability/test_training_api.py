@@ -202,3 +202,19 @@ def test_language_model_vocab_size(size):
     with pytest.raises(ElmoError) as err:
         LanguageModel.from_config(micro_train_config().model, size)
     one_line(err)
+
+
+def test_a_closed_trainer_writes_nothing_more(texts, tmp_path):
+    """After ``train()`` gave the run folder's lock back, ``train()``, ``train_step()`` and ``save()`` went on and
+    wrote checkpoints into a folder another run may hold by then: refused in one line, nothing written."""
+    train, vocab = texts
+    run = tmp_path / "run"
+    trainer = Trainer(micro_train_config(max_steps=1), [train], run, vocab=vocab, progress=False)
+    trainer.train()
+    written = sorted(p.name for p in run.rglob("*"))
+    for call in (trainer.train, trainer.train_step, trainer.save):
+        with pytest.raises(ElmoError) as err:
+            call()
+        one_line(err, "closed", "resume=")
+    assert sorted(p.name for p in run.rglob("*")) == written
+    Trainer(micro_train_config(max_steps=2), [train], run, vocab=vocab, resume=run, progress=False).train()
