@@ -14,7 +14,7 @@ from elmo.cli.common import STDIO, CommandLineError, add_model_args, batch_size,
 from elmo.data.vocab import read_words
 from elmo.embed import Embedder
 from elmo.embed_file import embed_file
-from elmo.io.atomic import FolderInUseError, check_replaceable_folder
+from elmo.io.atomic import FolderInUseError, atomic_folder, check_replaceable_folder
 from elmo.io.native import save_model
 from elmo.io.official import export_official
 from elmo.io.resolve import model_reference
@@ -86,11 +86,9 @@ def cmd_convert(args: argparse.Namespace) -> None:
     except FolderInUseError as err:
         raise CommandLineError(str(err)) from None
     model = load_model(args)
-    if args.to == "official":
-        options, weights = export_official(model, args.output)
-        print(f"wrote {options} and {weights}", file=sys.stderr)
-    else:
-        print(f"wrote {save_model(model, args.output)}", file=sys.stderr)
+    with atomic_folder(args.output, written) as work:  # both files or neither: never one model's weights beside
+        export_official(model, work) if args.to == "official" else save_model(model, work)  # another's config
+    print(f"wrote {' and '.join(str(Path(args.output) / name) for name in written)}", file=sys.stderr)
 
 
 def cmd_info(args: argparse.Namespace) -> None:

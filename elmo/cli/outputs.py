@@ -10,9 +10,13 @@ from pathlib import Path
 from elmo.cli.common import STDIO, CommandLineError
 from elmo.errors import ElmoError
 from elmo.io.atomic import NotAFileError, same_file, writable_file
+from elmo.io.checkpoint import is_checkpoint, list_checkpoints
 from elmo.io.resolve import resolve_path
 
 _MODEL = ("model", "options", "weights")
+# files elmo writes into a model or run folder (beside those a model is loaded from)
+_OWNED_NAMES = frozenset({"config.json", "model.safetensors", "softmax.safetensors", "vocab.txt", "options.json",
+                          "weights.hdf5", "metrics.jsonl", "task.json", "head.safetensors", "tokenizer.json"})
 # command -> (its outputs, its inputs, the names a folder output receives: None for a file output)
 WRITERS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]] = {
     "elmo embed": (("output",), ("input", *_MODEL, "cache_vocab"), None),
@@ -28,8 +32,9 @@ WRITERS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | Non
 }
 
 
-def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[str]:
-    """The existing files and folders the input arguments name (globs expanded; ``-`` and model names left out)."""
+def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The existing files and folders the input arguments name (globs expanded; ``-`` and model names left out),
+    and the files of the model folders among them, each as (file, the name given on the command line)."""
     found: list[str] = []
     for dest in dests:
         value = getattr(args, dest, None)
@@ -38,18 +43,27 @@ def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[str]
                 continue
             matches = glob.glob(name) if glob.has_magic(name) else [name]
             found.extend(match for match in matches if Path(match).exists())
-    return found + [str(file) for name in found if Path(name).is_dir() for file in _model_files(Path(name))]
+    return [(name, name) for name in found] + [(str(file), name) for name in found if Path(name).is_dir()
+                                                for file in _model_files(Path(name))]
 
 
 def _model_files(folder: Path) -> list[Path]:
-    """The files a model folder, checkpoint or run folder is loaded from (none if it is not one): an output must not
-    be one of them, though the command names only their folder."""
+    """The files of a model folder, checkpoint or run folder (none if it is not one): those it is loaded from, every
+    file of its checkpoints (the optimizer's state, trainer.json: a resume reads them) and the files elmo writes
+    there (metrics.jsonl, the official pair of an export). An output must not be one of them, though the command
+    names only their folder; a file of the user's own beside them may be written over (an earlier output)."""
     try:
         files = resolve_path(folder)
     except (ElmoError, OSError):  # not a model (or unreadable): the command itself says so
         return []
-    return [f for f in (files.config, files.weights, files.softmax, files.vocab, files.cache_words)
-            if f is not None and f.exists()]
+    loaded = [f for f in (files.config, files.weights, files.softmax, files.vocab, files.cache_words) if f is not None]
+    checkpoints = [folder] if is_checkpoint(folder) else list_checkpoints(folder)
+    try:
+        owned = [p for p in folder.iterdir() if p.name in _OWNED_NAMES]
+        owned += [p for checkpoint in checkpoints for p in checkpoint.iterdir()]
+    except OSError:
+        owned = []
+    return [f for f in loaded + owned if f.is_file()]
 
 
 def check_outputs(args: argparse.Namespace, command: str) -> None:
@@ -67,10 +81,11 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
                 writable_file(output)
             except NotAFileError as err:
                 raise CommandLineError(str(err)) from None
-        for name in named:
+        for name, given in named:
             if same_file(output, name):
-                raise CommandLineError(f"{output}: is the input {name}; the command would overwrite its own input: "
-                                       f"give another output")
+                what = f"the input {name}" if name == given else f"{name}, part of the input {given}"
+                raise CommandLineError(f"{output}: is {what}; the command would overwrite its own input: give "
+                                       f"another output")
             if folder_names and Path(name).name in folder_names and same_file(Path(name).parent, output):
                 raise CommandLineError(f"{output}: writing {Path(name).name} there would overwrite the input "
                                        f"{name}: give another folder")

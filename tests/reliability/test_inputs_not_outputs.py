@@ -2,12 +2,15 @@
 file of the input's name in an output folder). Each refusal is one usage line (exit 2), the input byte for byte as
 it was, and nothing written."""
 
+import json
 import os
 
 import pytest
 
+from elmo.cli import main
 from elmo.io.official import export_official
 from elmo.io.native import load_model
+from tests.conftest import micro_train_config
 from tests.reliability.tiny import cli, one_error_line, text_file, tiny_model
 
 
@@ -82,3 +85,43 @@ def test_an_output_through_a_symbolic_link_writes_its_target_and_keeps_the_link(
     assert rc == 0
     assert link.is_symlink() and link.resolve() == target.resolve()
     assert target.read_text(encoding="utf-8").startswith("<S>")
+
+
+@pytest.fixture(scope="module")
+def run_and_export(tmp_path_factory):
+    """A one-step micro run, and its export (our format beside the official pair)."""
+    folder = tmp_path_factory.mktemp("run")
+    text_file(folder / "corpus.txt", 40)
+    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(30)), encoding="utf-8")
+    (folder / "micro.json").write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
+    assert main([str(a) for a in ("train", folder / "corpus.txt", "--vocab", folder / "vocab.txt", "--config",
+                                  folder / "micro.json", "--out", folder / "run", "--max-steps", "1", "--quiet")]) == 0
+    assert main(["export", str(folder / "run"), str(folder / "exported")]) == 0
+    return folder
+
+
+@pytest.mark.parametrize("model, output", [
+    ("run", "run/step-00000001/optimizer.safetensors"), ("run", "run/step-00000001/trainer.json"),
+    ("run", "run/metrics.jsonl"), ("run/step-00000001", "run/step-00000001/state.safetensors"),
+    ("exported", "exported/weights.hdf5"), ("exported", "exported/options.json"),
+])
+def test_a_file_of_the_model_folder_is_no_output(run_and_export, capsys, model, output):
+    """Only the files a model is loaded from were refused: the optimizer's state, trainer.json or metrics.jsonl of
+    a run named by --model, or the official pair of an export, were written over (exit 0; the run no longer
+    resumed, the official files no longer loaded)."""
+    place = run_and_export
+    before = _snapshot(place)
+    rc, err = cli(capsys, "dump-token-embeddings", place / "vocab.txt", place / output, "--model", place / model)
+    assert rc == 2
+    one_error_line(err, "would overwrite", f"part of the input {place / model}")
+    assert _snapshot(place) == before
+
+
+def test_a_users_own_file_in_the_model_folder_may_be_written(run_and_export, capsys):
+    """An earlier output kept beside the model is no input: writing it again is allowed."""
+    output = run_and_export / "run" / "tokens.hdf5"
+    for _ in range(2):
+        rc, err = cli(capsys, "dump-token-embeddings", run_and_export / "vocab.txt", output,
+                      "--model", run_and_export / "run")
+        assert rc == 0, err
+    output.unlink()

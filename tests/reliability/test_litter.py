@@ -108,3 +108,29 @@ def test_an_interrupt_keeps_finished_parts_says_so_even_quiet_and_leaves_nothing
         assert litter(tmp_path) == ["in.txt", "model"] and "--resume" not in err
     else:
         assert litter(tmp_path) == ["in.txt", "model", "out.hdf5.parts"] and "--resume continues" in err
+
+
+@pytest.mark.parametrize("to, first", [("ours", "model.safetensors"), ("official", "weights.hdf5")])
+def test_an_interrupted_convert_leaves_the_earlier_conversion_whole(tmp_path, capsys, monkeypatch, to, first):
+    """`elmo convert` wrote its weights into place, then its config: a Ctrl-C between the two left one model's
+    weights beside another model's config (which loaded without a word), or half a new folder."""
+    import elmo.io.native as native_module
+    import elmo.io.official as official_module
+
+    earlier, other = tiny_model(tmp_path / "earlier"), tiny_model(tmp_path / "other", dim=32)
+    assert cli(capsys, "convert", "--model", earlier, "--to", to, tmp_path / "out")[0] == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+
+    def interrupted_after_weights(*args, **kwargs):
+        assert (next((tmp_path).glob(".out.*.tmp")) / first).is_file()  # the weights are written, the config not
+        raise KeyboardInterrupt
+
+    module = native_module if to == "ours" else official_module
+    monkeypatch.setattr(module.json, "dumps", interrupted_after_weights)
+    rc, err = cli(capsys, "convert", "--model", other, "--to", to, tmp_path / "out")
+    monkeypatch.undo()
+    assert rc == 130
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    assert litter(tmp_path) == ["earlier", "other", "out"]
+    rc, err = cli(capsys, "convert", "--model", other, "--to", to, tmp_path / "new")
+    assert rc == 0 and sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(before)
