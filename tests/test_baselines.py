@@ -3,9 +3,12 @@
 import math
 
 import numpy as np
+import pytest
 
 from elmo.data.vocab import Vocabulary
-from elmo.training.baselines import KneserNeyTrigram, UnigramLM, baseline_perplexities, sentence_ids
+from elmo.errors import UsageError
+from elmo.training.baselines import (MAX_TRIGRAM_VOCABULARY, KneserNeyTrigram, UnigramLM, baseline_perplexities,
+                                     sentence_ids)
 
 TRAIN = [s.split() for s in ["the cat sat on the mat", "the dog sat on the log", "a cat ate the fish",
                              "the cat sat", "a dog ran"]]
@@ -127,3 +130,21 @@ def test_several_held_out_sets_score_as_each_alone(text_slices):
     together = baseline_perplexities_of_sets(vocab, [line.split() for line in train.read_text().splitlines()], sets)
     alone = [baseline_perplexities(vocab, [line.split() for line in train.read_text().splitlines()], s) for s in sets]
     assert together == alone and len({r[1].forward for r in together}) == 3
+
+
+def test_the_largest_vocabulary_gives_the_same_figures_whatever_the_word_order():
+    """Trigram keys are (u V + v) V + w in int64: at V = 2^21 the largest key is 2^63 - 1. Beyond it keys wrapped
+    around and the same text over the same words gave 30.9 or 676.1 as the words sat low or high in the list."""
+    V = MAX_TRIGRAM_VOCABULARY
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 25, size=400)
+    ids, mask = np.concatenate([[0, 0], words + 3]), np.concatenate([[False, False], np.ones(400, bool)])
+    low, high = ids.copy(), np.where(ids >= 3, ids + (V - 30), ids)  # the same words at the end of the list
+    figures = [KneserNeyTrigram(x[:300], mask[:300], V).perplexity(x[300:], mask[300:]) for x in (low, high)]
+    assert math.isfinite(figures[0]) and abs(figures[0] - figures[1]) < 1e-9 * figures[0]
+
+
+def test_a_vocabulary_beyond_the_trigram_keys_is_refused():
+    vocab = Vocabulary(["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(MAX_TRIGRAM_VOCABULARY - 2)], source="v.txt")
+    with pytest.raises(UsageError, match=r"v.txt: 2,097,153 words.*at most 2,097,152"):
+        baseline_perplexities(vocab, TRAIN, TRAIN)

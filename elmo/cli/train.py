@@ -20,7 +20,7 @@ from elmo.errors import UsageError
 from elmo.io.resolve import resolve
 from elmo.training.checkpoint import load_language_model
 from elmo.text.tokenize import get_tokenizer
-from elmo.training.baselines import baseline_perplexities_of_sets
+from elmo.training.baselines import baseline_perplexities_of_sets, check_trigram_vocabulary
 from elmo.training.config import TrainConfig
 from elmo.training.evaluate import perplexity, score, substitutes, zero_state_perplexity
 from elmo.training.export import dump_token_embeddings, export_checkpoint
@@ -187,6 +187,7 @@ def cmd_baselines(args: argparse.Namespace) -> None:
     read = lambda files: list(sentences(SentenceSource(expand_files(args.stdio.inputs(files)), tokenizer,
                                                        shuffle=False, loop=False)))
     vocab = Vocabulary.load(args.vocab)
+    check_trigram_vocabulary(vocab)  # before the text is read
     sets = [read([name]) for name in args.eval]  # read first: a bad held-out file fails before the long counting
     for name, evaluate in zip(args.eval, sets):
         if not any(evaluate):

@@ -15,6 +15,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from elmo.data.vocab import Vocabulary
+from elmo.errors import UsageError
+
+MAX_TRIGRAM_VOCABULARY = 1 << 21  # an n-gram (u, v, w) is the int64 key (u V + v) V + w: V^3 - 1 must fit in 2^63 - 1
 
 
 def sentence_ids(vocab: Vocabulary, sentences: Iterable[list[str]], reverse: bool = False,
@@ -149,6 +152,15 @@ class BaselineResult:
         return math.sqrt(self.forward * self.backward)
 
 
+def check_trigram_vocabulary(vocab: Vocabulary) -> None:
+    """A UsageError naming the vocabulary when its size is beyond the trigram keys' reach: keys past 2^63 wrap around,
+    and the figures then depend on the order of the words (wrong, with no error)."""
+    if len(vocab) > MAX_TRIGRAM_VOCABULARY:
+        raise UsageError(f"{vocab.source or 'the vocabulary'}: {len(vocab):,} words; the Kneser-Ney baseline counts "
+                         f"trigrams of vocabularies of at most {MAX_TRIGRAM_VOCABULARY:,} words: use a smaller one "
+                         f"(`elmo vocab build --max-size {MAX_TRIGRAM_VOCABULARY}`)")
+
+
 def baseline_perplexities(vocab: Vocabulary, train: Iterable[list[str]], evaluate: list[list[str]]) -> list[BaselineResult]:
     """Unigram and KN-trigram perplexities of ``evaluate``, each direction trained on ``train``."""
     return baseline_perplexities_of_sets(vocab, train, [evaluate])[0]
@@ -157,6 +169,7 @@ def baseline_perplexities(vocab: Vocabulary, train: Iterable[list[str]], evaluat
 def baseline_perplexities_of_sets(vocab: Vocabulary, train: Iterable[list[str]],
                                   sets: Sequence[list[list[str]]]) -> list[list[BaselineResult]]:
     """``baseline_perplexities`` of several held-out sets, the models of each direction trained once for all."""
+    check_trigram_vocabulary(vocab)
     train = list(train)
     results = [{"unigram": [], "kn-trigram": []} for _ in sets]
     for reverse in (False, True):
