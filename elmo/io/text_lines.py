@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from elmo.errors import ElmoError
+from elmo.limits import MAX_LINE_BYTES
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_ERRORS = (EOFError, OSError, zlib.error)  # what a damaged or truncated gzip stream raises
@@ -79,9 +80,10 @@ class Utf8Lines:
     :class:`TextLineError` at line 1, with or without ``errors="replace"``.
     """
 
-    def __init__(self, path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> None:
+    def __init__(self, path: str | Path, errors: str = "strict", max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.path, self.errors, self.number = Path(path), errors, 0
-        self.max_line_bytes = max_line_bytes  # a longer line is refused (its bytes are not read whole)
+        self.max_line_bytes = max_line_bytes  # a longer line is refused (its bytes are not read whole): a 1.5 GB
+        # line of a 7 MB gzip file, or /dev/zero named as a vocabulary, ends in one line, not a MemoryError
         self._file = open_binary(path)
 
     def __iter__(self) -> "Utf8Lines":
@@ -89,14 +91,14 @@ class Utf8Lines:
 
     def __next__(self) -> str:
         try:
-            raw = next(self._file) if self.max_line_bytes is None else self._file.readline(self.max_line_bytes + 1)
+            raw = self._file.readline(self.max_line_bytes + 1)
         except READ_ERRORS as err:
             raise TextLineError(self.path, self.number + 1, f"damaged gzip data ({err})",
                                 "download or compress the file again") from None
         if not raw:
             raise StopIteration
         self.number += 1
-        if self.max_line_bytes is not None and len(raw) > self.max_line_bytes and not raw.endswith(b"\n"):
+        if len(raw) > self.max_line_bytes and not raw.endswith(b"\n"):
             raise TextLineError(self.path, self.number, f"longer than {self.max_line_bytes:,} bytes",
                                 "split it into sentences, one per line")
         if self.number == 1 and (wide := wide_encoding(raw)):
@@ -118,7 +120,7 @@ class Utf8Lines:
 
 
 def numbered_lines(path: str | Path, errors: str = "strict",
-                   max_line_bytes: int | None = None) -> Iterator[tuple[int, str]]:
+                   max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
     """``(1-based number, line)`` with the ``"\\n"`` and one trailing ``"\\r"`` removed (``max_line_bytes``: a
     longer line is an error naming it)."""
     with Utf8Lines(path, errors, max_line_bytes) as lines:
@@ -127,7 +129,7 @@ def numbered_lines(path: str | Path, errors: str = "strict",
 
 
 def sentence_lines(path: str | Path, errors: str = "strict",
-                   max_line_bytes: int | None = None) -> Iterator[tuple[int, str]]:
+                   max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
     """``numbered_lines`` of a file of one sentence per line: a carriage return inside a line (old Mac line ends)
     is an error naming it, since AllenNLP's reader would start a new sentence there and whitespace splitting would
     not (the same rule as ``elmo embed``'s)."""
@@ -171,7 +173,7 @@ class TextScan:
     sha256: str = ""  # of the decoded text: a resumed run checks it is the same text, not just the same size
 
 
-def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int | None = None) -> TextScan:
+def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int = MAX_LINE_BYTES) -> TextScan:
     """Decode every line once, before any work is done on the file: the first line that cannot be read raises its
     :class:`TextLineError` now (seconds), not after the lines before it were processed (hours)."""
     tokens = longest = longest_line = carriage_return_line = 0

@@ -18,6 +18,8 @@ from elmo.io.native import load_model
 from elmo.io.official import export_official
 from elmo.limits import MAX_TOKENS_PER_LINE, MODEL_LIMITS
 from elmo.training.config import PRESET_DIR
+from elmo.cli import main
+from tests.conftest import micro_train_config
 from tests.reliability.tiny import cli, litter, one_error_line, text_file, tiny_model
 
 
@@ -163,3 +165,42 @@ def test_training_config_sizes_are_bounded(tmp_path, capsys):
     assert rc == 1
     one_error_line(err, "huge.toml: training key 'unroll_steps' must be at most 100,000")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def long_line_place(tmp_path_factory):
+    """A one-step micro run, short text, and a gzip file of 0.1 MB whose one line is 65 MiB of letters."""
+    folder = tmp_path_factory.mktemp("long_line")
+    text_file(folder / "short.txt", 40)
+    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(30)), encoding="utf-8")
+    (folder / "micro.json").write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
+    assert main([str(a) for a in ("train", folder / "short.txt", "--vocab", folder / "vocab.txt", "--config",
+                                  folder / "micro.json", "--out", folder / "run", "--max-steps", "1", "--quiet")]) == 0
+    with gzip.open(folder / "long.txt.gz", "wb", compresslevel=1) as f:
+        for _ in range(65):
+            f.write(b"a" * (1 << 20))
+        f.write(b"\n")
+    return folder
+
+
+@pytest.mark.parametrize("command", ["vocab build", "perplexity", "baselines --train", "baselines --eval",
+                                     "baselines vocabulary", "dump-token-embeddings /dev/zero"])
+def test_every_reader_refuses_a_line_over_64_mib(long_line_place, capsys, command):
+    """Only `elmo embed` bounded its lines: the others read a 1.5 GB line of a 7 MB gzip file whole (a MemoryError
+    traceback, or the machine's memory), and a vocabulary named /dev/zero was read without end."""
+    t = long_line_place
+    long, short, vocab, run = t / "long.txt.gz", t / "short.txt", t / "vocab.txt", t / "run"
+    args = {"vocab build": ["vocab", "build", long, "-o", t / "v.txt"],
+            "perplexity": ["perplexity", run, long, "--quiet"],
+            "baselines --train": ["baselines", vocab, "--train", long, "--eval", short],
+            "baselines --eval": ["baselines", vocab, "--train", short, "--eval", long],
+            "baselines vocabulary": ["baselines", long, "--train", short, "--eval", short],
+            "dump-token-embeddings /dev/zero": ["dump-token-embeddings", "/dev/zero", t / "t.hdf5", "--model", run],
+            }[command]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rc, err = cli(capsys, *args)
+    assert rc == 1
+    name = "/dev/zero" if "zero" in command else "long.txt.gz"
+    one_error_line(err, f"{name}, line 1: longer than 67,108,864 bytes")
+    assert not (t / "v.txt").exists() and not (t / "t.hdf5").exists()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 400_000  # KB: the line was not read whole
