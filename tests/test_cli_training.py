@@ -285,5 +285,9 @@ def test_run_folders_official_pairs_and_wrong_kinds_of_path(text_slices, tmp_pat
     assert main(["baselines", str(run), "--train", str(train), "--eval", str(train)]) == 1
     assert "is a folder, where a vocabulary file" in capsys.readouterr().err
     (tmp_path / "file.json").write_text("{}", encoding="utf-8")
-    assert main(["export", str(run), str(tmp_path / "file.json")]) == 1
+    assert main(["export", str(run), str(tmp_path / "file.json")]) == 2  # a wrong output, as `convert` says it
     assert "give a folder" in capsys.readouterr().err
+    assert main(["convert", "--model", str(run), "--to", "ours", str(tmp_path / "file.json")]) == 2
+    assert "give a folder" in capsys.readouterr().err
+    assert main(["export", str(run), str(official)]) == 2  # not an earlier export: refused as by `convert`
+    assert "is not an earlier output" in capsys.readouterr().err

@@ -29,6 +29,7 @@ from elmo.cli.messages import configure_logging, one_line, show_warning, users_t
 from elmo.cli.outputs import check_outputs
 from elmo.cli.stdio import Stdio
 from elmo.devices import check_device
+from elmo.io.atomic import FolderInUseError
 
 __all__ = ["STDIO", "CommandLineError", "build_parser", "configure_logging", "main"]
 
@@ -93,7 +94,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
         terminated = isinstance(err, Terminated)
         _say_error(f"{command}: {'terminated' if terminated else 'interrupted'}")  # under torchrun: one line
         return EXIT_CODES["SIGTERM" if terminated else "SIGINT"]
-    except CommandLineError as err:
+    except (CommandLineError, FolderInUseError) as err:  # a wrong command line: an output folder it cannot use too
         if args.debug:
             raise
         _say_error(f"{command}: error: {args.stdio.display(one_line(err))}")

@@ -14,7 +14,7 @@ from elmo.cli.common import STDIO, CommandLineError, add_model_args, batch_size,
 from elmo.data.vocab import read_words
 from elmo.embed import Embedder
 from elmo.embed_file import embed_file
-from elmo.io.atomic import FolderInUseError, atomic_folder, check_replaceable_folder
+from elmo.io.atomic import atomic_folder, check_replaceable_folder
 from elmo.io.native import save_model
 from elmo.io.official import export_official
 from elmo.io.resolve import model_reference
@@ -81,10 +81,8 @@ def cmd_convert(args: argparse.Namespace) -> None:
         raise CommandLineError(f"{args.output} holds the pair being converted: a second options.json + weight file "
                                f"beside it would leave the folder two models; give another folder")
     written = ("options.json", "weights.hdf5") if args.to == "official" else ("config.json", "model.safetensors")
-    try:  # new, empty, or an earlier conversion (replaced); an export or run folder would become two models
-        check_replaceable_folder(args.output, written)
-    except FolderInUseError as err:
-        raise CommandLineError(str(err)) from None
+    check_replaceable_folder(args.output, written)  # new, empty, or an earlier conversion (replaced); an export or
+    # run folder would become two models (a usage error: exit 2)
     model = load_model(args)
     with atomic_folder(args.output, written) as work:  # both files or neither: never one model's weights beside
         export_official(model, work) if args.to == "official" else save_model(model, work)  # another's config

@@ -97,7 +97,7 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                                 direction="forward" if direction == 0 else "backward")
     bar.close()
     if counts[0] == 0:
-        raise UsageError("no text to evaluate: the files hold no non-empty line")
+        raise UsageError(f"{_names(files)}: no text to evaluate (no non-empty line)")
     return Perplexity(math.exp(totals[0] / counts[0]), math.exp(totals[1] / counts[1]), counts[0], unknown, words)
 
 
@@ -130,7 +130,7 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
         bar.update(tokens)
     bar.close()
     if count == 0:
-        raise UsageError("no text to evaluate: the files hold no non-empty line")
+        raise UsageError(f"{_names(files)}: no text to evaluate (no non-empty line)")
     return Perplexity(math.exp(totals[0] / count), math.exp(totals[1] / count), count, unknown, words)
 
 
@@ -253,3 +253,9 @@ def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Seque
         top = torch.topk(logp, min(k, len(vocab) - 3))
         result[name] = [(vocab.words[i], math.exp(v)) for v, i in zip(top.values.tolist(), top.indices.tolist())]
     return result
+
+
+def _names(files: Sequence[str | Path]) -> str:
+    """The files as an error names them: all of a few, the first three of many."""
+    names = [str(f) for f in files]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -194,3 +194,12 @@ def test_a_run_with_adam_still_resumes(tmp_path, capsys, texts):
     assert rc == 0, err
     rc, err = cli(capsys, "train", "--resume", run, "--out", run, "--max-steps", "2", "--quiet")
     assert rc == 0, err
+
+
+@pytest.mark.parametrize("zero_state", [False, True])
+def test_perplexity_of_empty_text_names_the_file(tmp_path, capsys, en_run, zero_state):
+    """It said "the files hold no non-empty line", naming none of them."""
+    (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
+    rc, err = cli(capsys, "perplexity", en_run, tmp_path / "empty.txt", "--quiet", *(["--zero-state"] * zero_state))
+    assert rc == 1
+    one_error_line(err, "empty.txt: no text to evaluate")
