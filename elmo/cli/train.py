@@ -275,7 +275,10 @@ def _add_language_model_commands(sub) -> None:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_perplexity)
 
-    p = sub.add_parser("baselines", help="unigram and Kneser-Ney trigram perplexities with a biLM's vocabulary")
+    p = sub.add_parser("baselines", help="unigram and Kneser-Ney trigram perplexities with a biLM's vocabulary",
+                       usage="elmo baselines [-h] vocab --train TRAIN [TRAIN ...] --eval EVAL [EVAL ...] [--tokenize "
+                             "{%s}]" % ",".join(TOKENIZE_CHOICES))  # the vocabulary first: after --eval's files it
+    # would be taken for one more of them
     p.add_argument("vocab", help="the biLM's vocabulary file (from `elmo vocab build`)")
     p.add_argument("--train", nargs="+", required=True, help="the training text")
     p.add_argument("--eval", nargs="+", required=True, help="held-out files, each scored separately")
@@ -302,7 +305,8 @@ def _add_export_commands(sub) -> None:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("dump-token-embeddings", help="bilm-tf's token-embedding cache for a vocabulary")
-    p.add_argument("vocab", help="vocabulary file, one word per line")
+    p.add_argument("vocab", help="vocabulary file, one word per line, holding <S>, </S> and <UNK> as bilm-tf's "
+                                 "(`elmo vocab build` writes one)")
     p.add_argument("output", help="HDF5 file to write")
     add_model_args(p)
     p.set_defaults(func=cmd_dump_token_embeddings)

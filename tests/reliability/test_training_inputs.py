@@ -203,3 +203,13 @@ def test_perplexity_of_empty_text_names_the_file(tmp_path, capsys, en_run, zero_
     rc, err = cli(capsys, "perplexity", en_run, tmp_path / "empty.txt", "--quiet", *(["--zero-state"] * zero_state))
     assert rc == 1
     one_error_line(err, "empty.txt: no text to evaluate")
+
+
+def test_the_baselines_usage_line_works_as_printed(capsys, texts):
+    """argparse printed `--train ... --eval EVAL [EVAL ...] vocab`; followed as printed, --eval took the vocabulary for
+    one more held-out file and the command said "required: vocab"."""
+    train, vocab = texts
+    rc, err = cli(capsys, "baselines", "--train", train, "--eval", train, vocab)
+    assert rc == 2 and "usage: elmo baselines [-h] vocab --train TRAIN" in err
+    rc, err = cli(capsys, "baselines", vocab, "--train", train, "--eval", train)  # the order the usage line shows
+    assert rc == 0, err
