@@ -150,20 +150,36 @@ def _warn_if_mostly_unknown(share: float, where: str, vocabulary: str) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    split = [s.split() for s in args.sentences]  # an empty sentence is scored too: P(</S> | <S>)
-    bilm, softmax, vocab = load_language_model(args.model)
+    files = resolve(args.model)
+    tokenizer = get_tokenizer(args.tokenize or files.tokenizer)  # as the model's text was split (as perplexity)
+    split = [tokenizer(s) for s in args.sentences]  # an empty sentence is scored too: P(</S> | <S>)
+    bilm, softmax, vocab = load_language_model(files)
+    _warn_of_unknown_tokens([w for tokens in split for w in tokens], vocab)
     for tokens, (forward, backward) in zip(split, score(bilm, softmax, vocab, split)):
         print(f"{forward:10.3f} {backward:10.3f}  {' '.join(tokens)}")  # the tokens scored: one line each
 
 
+def _warn_of_unknown_tokens(tokens: list[str], vocab: Vocabulary) -> None:
+    """Tokens outside the vocabulary are scored (and predicted) as <UNK>: a figure for other words than those shown,
+    so say which."""
+    unknown = [w for w in tokens if vocab.id(w) == vocab.unk and w != vocab.words[vocab.unk]]
+    if unknown:
+        distinct = list(dict.fromkeys(unknown))
+        shown = ", ".join(repr(w) for w in distinct[:5]) + (" ..." if len(distinct) > 5 else "")
+        warnings.warn(f"{len(unknown)} of {len(tokens)} tokens are not in the model's vocabulary and count as <UNK>: "
+                      f"{shown} (is the text split as the model's was? --tokenize)")
+
+
 def cmd_substitutes(args: argparse.Namespace) -> None:
-    tokens = args.sentence.split()
+    files = resolve(args.model)
+    tokens = get_tokenizer(args.tokenize or files.tokenizer)(args.sentence)  # as the model's text was split
     if not tokens:
-        raise CommandLineError("the sentence is empty: give the sentence's tokens, separated by spaces")
+        raise CommandLineError("the sentence is empty: give the sentence, in quotes")
     if not 0 <= args.position < len(tokens):  # a mistake in the command line: say so before loading the model
         raise CommandLineError(f"position {args.position} is outside the sentence (0..{len(tokens) - 1}: "
-                               f"{len(tokens)} whitespace-separated tokens)")
-    bilm, softmax, vocab = load_language_model(args.model)
+                               f"{len(tokens)} tokens: {' '.join(tokens)[:200]})")
+    bilm, softmax, vocab = load_language_model(files)
+    _warn_of_unknown_tokens(tokens, vocab)
     result = substitutes(bilm, softmax, vocab, tokens, args.position, args.k)
     print(f"position {args.position}: {tokens[args.position]!r}")
     for name, words in result.items():
@@ -287,14 +303,19 @@ def _add_language_model_commands(sub) -> None:
 
     p = sub.add_parser("score", help="log-probability of sentences under the forward and backward LMs")
     p.add_argument("model", help="checkpoint, run directory or exported LM directory")
-    p.add_argument("sentences", nargs="+", help="whitespace-tokenised sentences, each in quotes")
+    p.add_argument("sentences", nargs="+", help="sentences, each in quotes (split as --tokenize says; the tokens "
+                                                "scored are printed)")
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
+                   help="default: the tokenizer the model was trained with")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("substitutes", help="the words the LMs expect at a position")
     p.add_argument("model", help="checkpoint, run directory or exported LM directory")
-    p.add_argument("sentence", help="a whitespace-tokenised sentence, in quotes")
+    p.add_argument("sentence", help="a sentence, in quotes (split as --tokenize says)")
     p.add_argument("position", type=int, help="0-based token position")
     p.add_argument("-k", type=count, default=10)
+    p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
+                   help="default: the tokenizer the model was trained with")
     p.set_defaults(func=cmd_substitutes)
 
 

@@ -213,3 +213,21 @@ def test_the_baselines_usage_line_works_as_printed(capsys, texts):
     assert rc == 2 and "usage: elmo baselines [-h] vocab --train TRAIN" in err
     rc, err = cli(capsys, "baselines", vocab, "--train", train, "--eval", train)  # the order the usage line shows
     assert rc == 0, err
+
+
+def test_score_and_substitutes_split_as_the_models_text_was(capsys, texts, en_run):
+    """They split at whitespace whatever the model's tokenizer: `"w1, w2."` was scored as `<UNK> <UNK>` (the
+    model's "en" text never held "w1,"), with no word of it. Tokens scored as <UNK> are named now."""
+    assert main(["score", str(en_run), "w1, w2."]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip().endswith("w1 , w2 .")  # the vocabulary has no punctuation: those two are said
+    assert "warning: 2 of 4 tokens" in err and "<UNK>: ',', '.'" in err
+    assert main(["score", str(en_run), "w1, w2.", "--tokenize", "whitespace"]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip().endswith("w1, w2.")
+    assert "warning: 2 of 2 tokens" in err and "<UNK>: 'w1,', 'w2.'" in err and "--tokenize" in err
+    assert main(["substitutes", str(en_run), "w1, w2.", "1", "-k", "2"]) == 0
+    assert capsys.readouterr().out.startswith("position 1: ','")
+    assert main(["substitutes", str(en_run), "w1, w2.", "3", "-k", "1"]) == 0  # 4 tokens: 0..3
+    assert main(["substitutes", str(en_run), "w1, w2.", "4"]) == 2
+    assert "0..3: 4 tokens: w1 , w2 ." in capsys.readouterr().err
