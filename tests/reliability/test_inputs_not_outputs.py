@@ -2,7 +2,6 @@
 file of the input's name in an output folder). Each refusal is one usage line (exit 2), the input byte for byte as
 it was, and nothing written."""
 
-import json
 import os
 
 import pytest
@@ -10,8 +9,7 @@ import pytest
 from elmo.cli import main
 from elmo.io.official import export_official
 from elmo.io.native import load_model
-from tests.conftest import micro_train_config
-from tests.reliability.tiny import cli, one_error_line, text_file, tiny_model
+from tests.reliability.tiny import cli, micro_run, one_error_line, text_file, tiny_model
 
 
 def _snapshot(folder):
@@ -91,12 +89,7 @@ def test_an_output_through_a_symbolic_link_writes_its_target_and_keeps_the_link(
 def run_and_export(tmp_path_factory):
     """A one-step micro run, and its export (our format beside the official pair)."""
     folder = tmp_path_factory.mktemp("run")
-    text_file(folder / "corpus.txt", 40)
-    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(30)), encoding="utf-8")
-    (folder / "micro.json").write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
-    assert main([str(a) for a in ("train", folder / "corpus.txt", "--vocab", folder / "vocab.txt", "--config",
-                                  folder / "micro.json", "--out", folder / "run", "--max-steps", "1", "--quiet")]) == 0
-    assert main(["export", str(folder / "run"), str(folder / "exported")]) == 0
+    assert main(["export", str(micro_run(folder)), str(folder / "exported")]) == 0
     return folder
 
 

@@ -18,9 +18,7 @@ from elmo.io.native import load_model
 from elmo.io.official import export_official
 from elmo.limits import MAX_TOKENS_PER_LINE, MODEL_LIMITS
 from elmo.training.config import PRESET_DIR
-from elmo.cli import main
-from tests.conftest import micro_train_config
-from tests.reliability.tiny import cli, litter, one_error_line, text_file, tiny_model
+from tests.reliability.tiny import cli, litter, micro_run, one_error_line, text_file, tiny_model
 
 
 def _max_rss_mb() -> float:
@@ -171,11 +169,7 @@ def test_training_config_sizes_are_bounded(tmp_path, capsys):
 def long_line_place(tmp_path_factory):
     """A one-step micro run, short text, and a gzip file of 0.1 MB whose one line is 65 MiB of letters."""
     folder = tmp_path_factory.mktemp("long_line")
-    text_file(folder / "short.txt", 40)
-    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(30)), encoding="utf-8")
-    (folder / "micro.json").write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
-    assert main([str(a) for a in ("train", folder / "short.txt", "--vocab", folder / "vocab.txt", "--config",
-                                  folder / "micro.json", "--out", folder / "run", "--max-steps", "1", "--quiet")]) == 0
+    micro_run(folder)
     with gzip.open(folder / "long.txt.gz", "wb", compresslevel=1) as f:
         for _ in range(65):
             f.write(b"a" * (1 << 20))

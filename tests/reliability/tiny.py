@@ -3,6 +3,7 @@ or in another one, and the checks every hostile case makes (one line, the exit c
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from elmo.cli import main
 from elmo.io.native import save_model
-from tests.conftest import random_bilm, small_config
+from tests.conftest import micro_train_config, random_bilm, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,6 +19,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def tiny_model(folder: Path, **lstm_changes) -> Path:
     """A fixture-sized biLM with random weights saved in our format (``--model FOLDER``); output width 16."""
     return save_model(random_bilm(small_config(**lstm_changes)), folder)
+
+
+def micro_run(folder: Path) -> Path:
+    """A one-step training run of the micro config in ``folder``/run, from ``folder``/short.txt (40 lines) and
+    ``folder``/vocab.txt (its words w0..w29 and the specials): a run folder with a checkpoint, to score and export."""
+    text_file(folder / "short.txt", 40)
+    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n" + "".join(f"w{i}\n" for i in range(30)), encoding="utf-8")
+    (folder / "micro.json").write_text(json.dumps(micro_train_config().to_dict()), encoding="utf-8")
+    assert main([str(a) for a in ("train", folder / "short.txt", "--vocab", folder / "vocab.txt", "--config",
+                                  folder / "micro.json", "--out", folder / "run", "--max-steps", "1", "--quiet")]) == 0
+    return folder / "run"
 
 
 def text_file(path: Path, lines: int, words: int = 6) -> Path:
