@@ -526,3 +526,19 @@ def test_a_resume_on_training_text_that_changed_is_refused(text_slices, tmp_path
     text.write_text("".join(reversed(train.read_text().splitlines(keepends=True)[:100])))
     with pytest.raises(ValueError, match=r"a.txt: [0-9,]+ bytes, [0-9,]+ when step-00000001 was saved"):
         Trainer(micro_train_config(max_steps=2), [text], tmp_path / "run", resume=tmp_path / "run", progress=False)
+
+
+def test_a_resume_on_training_text_edited_to_the_same_size_is_refused(text_slices, tmp_path):
+    """Only the sizes were recorded: two lines swapped (a corrected word of the same length) resumed into the new
+    text at the old position without a word. Unchanged text still resumes."""
+    train, _, vocab_file = text_slices
+    text = tmp_path / "a.txt"
+    lines = train.read_text(encoding="utf-8").splitlines(keepends=True)[:200]
+    text.write_text("".join(lines), encoding="utf-8")
+    Trainer(micro_train_config(max_steps=1, checkpoint_every=1), [text], tmp_path / "run",
+            vocab=Vocabulary.load(vocab_file), progress=False).train()
+    Trainer(micro_train_config(max_steps=2), [text], tmp_path / "run", resume=tmp_path / "run", progress=False).train()
+    lines[3], lines[4] = lines[4], lines[3]
+    text.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a.txt: its text changed since step-00000002 was saved \(the same size"):
+        Trainer(micro_train_config(max_steps=3), [text], tmp_path / "run", resume=tmp_path / "run", progress=False)

@@ -48,6 +48,10 @@ def check_trainer_record(record: Any, path: Path) -> None:
         raise _fail(path, "file_sizes", f"must be a list of {len(files)} sizes, one per file")
     for index, size in enumerate(sizes):
         _whole(size, path, f"file_sizes[{index}]")
+    hashes = record.get("file_hashes", [])  # absent in checkpoints written before they were recorded
+    if not isinstance(hashes, list) or (hashes and len(hashes) != len(files)) or not all(
+            isinstance(h, str) and len(h) == 64 for h in hashes):
+        raise _fail(path, "file_hashes", f"must be a list of {len(files)} SHA-256 hashes, one per file")
     data = record.get("data")
     if not isinstance(data, list) or len(data) != world:
         raise _fail(path, "data", f"must be a list of {world} rank(s), got {type(data).__name__}"

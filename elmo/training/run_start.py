@@ -7,6 +7,7 @@ and a run from weights takes the source's model sizes, tokenizer and vocabulary.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from elmo import pretrained
-from elmo.data.vocab import Vocabulary
+from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.devices import check_device
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resolve_checkpoint
@@ -64,9 +65,26 @@ def _whole_from_env(name: str, default: int) -> int:
     return int(text)
 
 
-def check_same_text(checkpoint: Checkpoint, files: Sequence[str]) -> None:
-    """A resumed run reads the files its checkpoint's data position refers to, at their recorded sizes: other files,
-    or a file that grew or shrank since, would put the position into other text. A UsageError names the file."""
+def text_hashes(files: Sequence[str]) -> list[str]:
+    """SHA-256 of each training file's bytes, read once as a run starts (about a second a GB): checkpoints record
+    them, so a resume finds an edit that kept a file's size (a corrected word), which the sizes alone miss."""
+    hashes = []
+    for name in files:
+        digest = hashlib.sha256()
+        try:
+            with open(name, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+        except OSError as err:
+            raise UsageError(f"{name}: cannot read the training text ({err.strerror})") from None
+        hashes.append(digest.hexdigest())
+    return hashes
+
+
+def check_same_text(checkpoint: Checkpoint, files: Sequence[str], hashes: Sequence[str]) -> None:
+    """A resumed run reads the files its checkpoint's data position refers to, as they were (``hashes``: the files'
+    ``text_hashes`` now): other files, or a file that changed since, would put the position into other text. A
+    UsageError names the file."""
     trainer = checkpoint.trainer
     saved = trainer.get("files", files)
     if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in files]:  # ./a.txt = /x/a.txt
@@ -77,6 +95,11 @@ def check_same_text(checkpoint: Checkpoint, files: Sequence[str]) -> None:
             raise UsageError(f"{name}: {now:,} bytes, {size:,} when {checkpoint.path.name} was saved: its data "
                              f"position would point into other text; resume with the same text, or start a run "
                              f"from these weights with --init-from")
+    for name, saved, now in zip(files, trainer.get("file_hashes", []), hashes):  # absent in older checkpoints
+        if saved != now:
+            raise UsageError(f"{name}: its text changed since {checkpoint.path.name} was saved (the same size, other "
+                             f"bytes): its data position would point into other text; resume with the same text, or "
+                             f"start a run from these weights with --init-from")
 
 
 def run_device(device: str | torch.device | None, env: Distributed) -> torch.device:
@@ -215,3 +238,14 @@ def training_files(files: Sequence[str | Path], checkpoint: Checkpoint | None) -
     if files or checkpoint is None:
         return files
     return checkpoint.trainer.get("files", [])
+
+
+def warn_if_mostly_unknown(targets: torch.Tensor, vocab: Vocabulary) -> None:
+    """A warning when the first batch's targets (B, T) are mostly <UNK>: a text the vocabulary barely covers (another
+    language, another tokenizer) trains a model that predicts <UNK> well, and its low loss looks like success."""
+    real = targets >= 0
+    share = float((targets[real] == vocab.unk).float().mean()) if bool(real.any()) else 0.0
+    if share > UNKNOWN_SHARE_WARNING:
+        warnings.warn(f"{100 * share:.0f}% of the first batch's tokens are not in the vocabulary (they train as "
+                      f"<UNK>): expected with a large-vocabulary language (Korean eojeol: about 20 %); otherwise "
+                      f"check that the vocabulary was built from this text with the same --tokenize")

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
-from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
+from elmo.data.vocab import Vocabulary
 from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import DiskWriteError, is_disk_full, make_folders, output_folder, remove_empty
 from elmo.io.checkpoint import list_checkpoints
@@ -37,7 +37,8 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import Distributed, check_same_text, run_device, settle_run, training_files
+from elmo.training.run_start import (Distributed, check_same_text, run_device, settle_run, text_hashes,
+                                     training_files, warn_if_mostly_unknown)
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
@@ -136,7 +137,8 @@ class Trainer:
         self.global_rows = config.batch_size * self.env.world  # the global batch
         self.rows = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)  # this rank's
         files = expand_files(files)
-        self.files = [str(f) for f in files]  # as given: a run moved with its text resumes; sizes catch other text
+        self.files = [str(f) for f in files]  # as given: a run moved with its text resumes; hashes catch other text
+        self.file_hashes = text_hashes(self.files)
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
                                      chunk_size=config.chunk_size), self.vocab, self.global_rows, config.unroll_steps,
@@ -169,7 +171,7 @@ class Trainer:
         if trainer.get("world", 1) != self.env.world:
             raise UsageError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
                              f"the same number (got {self.env.world})")
-        check_same_text(checkpoint, self.files)
+        check_same_text(checkpoint, self.files, self.file_hashes)
         try:
             self._load_states(checkpoint)
         except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
@@ -199,25 +201,15 @@ class Trainer:
             self.sampler.set_state(t.get(f"r{rank}.sampler_rng", t.get("sampler_rng")))
 
     # ---- one step ---------------------------------------------------------------------------------------------
-    def _warn_if_mostly_unknown(self, batch: LMBatch) -> None:
-        """Once per run: a text the vocabulary barely covers (another language, another tokenizer) trains a model
-        that predicts <UNK> well, and its low loss looks like success."""
-        self._checked_unknown = True
-        real = batch.targets >= 0
-        share = float((batch.targets[real] == self.vocab.unk).float().mean()) if bool(real.any()) else 0.0
-        if share > UNKNOWN_SHARE_WARNING and self.env.main:
-            warnings.warn(f"{100 * share:.0f}% of the first batch's tokens are not in the vocabulary (they train as "
-                          f"<UNK>): expected with a large-vocabulary language (Korean eojeol: about 20 %); otherwise "
-                          f"check that the vocabulary was built from this text with the same --tokenize")
-
     def train_step(self) -> dict[str, float]:
         """One batch: returns the loss (mean of both directions) and each direction's sampled loss."""
         self._check_open()
         batches = [b.next_batch() for b in self.batchers]
         if any(b is None for b in batches):
             raise RuntimeError("the training stream ended")  # streams loop, so this means no text at all
-        if not self._checked_unknown:
-            self._warn_if_mostly_unknown(batches[0])
+        if not self._checked_unknown and self.env.main:  # once per run, from the first process
+            self._checked_unknown = True
+            warn_if_mostly_unknown(batches[0].targets, self.vocab)
         module = self.ddp or self.model
         self.states = self._zero_some_sentence_starts(batches)
         previous_states = self.states  # a skipped batch leaves its rows where this batch began
@@ -385,6 +377,7 @@ class Trainer:
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
                    "files": self.files, "file_sizes": [os.path.getsize(name) for name in self.files],
+                   "file_hashes": self.file_hashes,
                    "data": [s["data"] for s in gathered]}
         try:
             return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
