@@ -1,7 +1,5 @@
 """The downstream ``Elmo`` module: frozen biLM, scalar mixes, projection readout, boundaries, layer norm."""
 
-import warnings
-
 import pytest
 import torch
 
