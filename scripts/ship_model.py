@@ -2,12 +2,15 @@
 MODEL_CARD.md with the measured perplexities next to the count-based baselines), in the sections the cards share.
 
     scripts/evaluate_lm.sh runs/en-ship runs/data/en > runs/en-ship/eval.txt
-    python scripts/ship_model.py runs/en-ship --name en --eval-report runs/en-ship/eval.txt \\
+    python scripts/ship_model.py runs/en-ship --name en --tokenizer en --eval-report runs/en-ship/eval.txt \\
         --intended-use "..." --data "..." --tokenisation "..." --train-command "..." \\
         --eval-command "scripts/evaluate_lm.sh ..." --limitations "..."
 
 The card is generated from the checkpoint (config, steps, tokens seen, training time) and the evaluation report
-(the output of scripts/evaluate_lm.sh), so its numbers are the measured ones.
+(the output of scripts/evaluate_lm.sh), so its numbers are the measured ones. The tokenizer goes into config.json:
+the run's own (``elmo train --tokenize``), or ``--tokenizer`` for a run trained on text split beforehand (the
+shipped models' text came from scripts/prepare_*.py). Everything is checked before anything is written, and the
+folder is written whole (elmo.io.atomic.atomic_folder): a failure leaves the model shipped before as it was.
 """
 
 from __future__ import annotations
@@ -15,16 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 import torch
 
+from elmo.errors import ElmoError, UsageError
+from elmo.io.atomic import atomic_folder
 from elmo.io.checkpoint import resolve_checkpoint
-from elmo.training.checkpoint import load_language_model
-from elmo.io.atomic import atomic_path
 from elmo.io.native import save_model
+from elmo.text.tokenize import TOKENIZER_NAMES
+from elmo.training.checkpoint import load_language_model
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_FILES = ("config.json", "model.safetensors", "MODEL_CARD.md")  # elmo/models/NAME, written as one folder
+_ROW_KEYS = ("tokens", "forward", "backward", "mean", "unigram", "kn-trigram")  # every held-out row needs them
 _LM_LINE = re.compile(r"tokens (\d+)\s+forward ([\d.]+)\s+backward ([\d.]+)\s+mean ([\d.]+)")
 _BASELINE_LINE = re.compile(r"(\S+)\s+(unigram|kn-trigram)\s+forward\s+([\d.]+)\s+backward\s+([\d.]+)\s+mean\s+([\d.]+)")
 
@@ -47,6 +55,33 @@ def parse_report(text: str) -> list[dict]:
             name = Path(m[1]).name
             rows.setdefault(name, {"set": name})[m[2]] = float(m[5])
     return list(rows.values())
+
+
+def read_report(path: Path) -> list[dict]:
+    """``parse_report`` of the file, refused in one line unless every held-out set has the LM's figures and both
+    baselines' (an empty report, or one cut short, would give a card without results)."""
+    rows = parse_report(path.read_text(encoding="utf-8"))
+    if not rows:
+        raise UsageError(f"{path}: no held-out results (is it the output of scripts/evaluate_lm.sh?)")
+    for row in rows:
+        if missing := [key for key in _ROW_KEYS if key not in row]:
+            raise UsageError(f"{path}: the held-out set {row['set']} has no {missing[0]} figure; run "
+                             f"scripts/evaluate_lm.sh again (its baselines included)")
+    return rows
+
+
+def shipped_tokenizer(recorded: str | None, given: str | None, run: str) -> str | None:
+    """The tokenizer config.json names: the run's own, or ``--tokenizer`` where the run records none (its text was
+    split beforehand). A run that records none needs it said: shipped without one, the model would split raw text
+    at whitespace while its card says otherwise."""
+    if given is None:
+        if recorded is None:
+            raise UsageError(f"{run}: the run records no tokenizer (its text was split beforehand): give --tokenizer "
+                             f"({', '.join(TOKENIZER_NAMES)}), as that text was split")
+        return recorded
+    if recorded is not None and given != recorded:
+        raise UsageError(f"{run}: trained with --tokenize {recorded}; --tokenizer {given} would split text otherwise")
+    return None if given == "whitespace" else given
 
 
 def table(rows: list[dict]) -> str:
@@ -77,19 +112,36 @@ def main() -> None:
                         help="what it does badly, with measured figures (e.g. scripts/sense_check.py's)")
     parser.add_argument("--hardware", default="a 2-core CPU",
                         help="where it was trained, for the card")
+    parser.add_argument("--tokenizer", choices=TOKENIZER_NAMES,
+                        help="how raw text is split for this model (default: the run's own --tokenize)")
     args = parser.parse_args()
+    try:
+        print(f"wrote {ship(args)}")
+    except (ElmoError, OSError) as err:
+        sys.exit(f"ship_model.py: error: {' '.join(str(err).split())}")
 
+
+def ship(args: argparse.Namespace) -> Path:
+    """Check the report and the run, then write elmo/models/NAME whole; returns the folder."""
+    rows = read_report(Path(args.eval_report))
     checkpoint = resolve_checkpoint(args.run)
     bilm, softmax, vocab = load_language_model(checkpoint)
-    trainer = json.loads((checkpoint / "trainer.json").read_text())
+    bilm.tokenizer_name = shipped_tokenizer(bilm.tokenizer_name, args.tokenizer, args.run)
+    trainer = json.loads((checkpoint / "trainer.json").read_text(encoding="utf-8"))
     out = ROOT / "elmo" / "models" / args.name
-    save_model(bilm, out, dtype=torch.float16)
+    with atomic_folder(out, SHIPPED_FILES) as work:
+        save_model(bilm, work, dtype=torch.float16)
+        size_mb = (work / "model.safetensors").stat().st_size / 1e6
+        (work / "MODEL_CARD.md").write_text(card(args, bilm, vocab, trainer, rows, size_mb), encoding="utf-8")
+    return out
+
+
+def card(args: argparse.Namespace, bilm, vocab, trainer: dict, rows: list[dict], size_mb: float) -> str:
+    """The model card's text, in the sections the shipped cards share."""
     n_params = sum(p.numel() for p in bilm.parameters())
-    size_mb = (out / "model.safetensors").stat().st_size / 1e6
-    rows = parse_report(Path(args.eval_report).read_text(encoding="utf-8"))
     c = bilm.config
     filters = ", ".join(str(f) for f in c.char_cnn.filters)
-    card = f"""# Model card: shipped model `{args.name}`
+    return f"""# Model card: shipped model `{args.name}`
 
 `Embedder.from_pretrained("{args.name}")`, `elmo embed --model {args.name} ...`: inside the package, no network needed.
 
@@ -135,9 +187,6 @@ Measured on the float32 weights before the float16 rounding:
 ## Limitations
 {args.limitations}
 """
-    with atomic_path(out / "MODEL_CARD.md") as tmp:
-        tmp.write_text(card, encoding="utf-8")
-    print(f"wrote {out} ({size_mb:.1f} MB)")
 
 
 if __name__ == "__main__":
