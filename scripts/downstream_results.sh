@@ -4,8 +4,19 @@
 #   EPOCHS=3 NSMC_TRAIN=10000 scripts/downstream_results.sh [OUT_DIR]   (about 20 minutes on 2 CPU cores)
 #   LANGS=en ... runs only the English tasks and the probes (LANGS=ko: only the Korean tasks)
 # Two heads train at once with one thread each; the mix and token runs of a task share one feature cache.
+# A task that fails is named on stderr with the last lines of its log (OUT_DIR/NAME-MODE.log), and the script then
+# exits 1 after the other tasks of that round; the probe tables are written whole or not at all.
 set -euo pipefail
+me=downstream_results.sh
 out=${1:-runs/tasks}
+LANGS=${LANGS:-en ko}
+for lang in $LANGS; do
+  case $lang in
+    en|ko) ;;
+    *) echo "$me: error: LANGS='$LANGS': unknown language '$lang'; give en, ko or both (LANGS='en ko')" >&2; exit 2;;
+  esac
+done
+[ -n "${LANGS// }" ] || { echo "$me: error: LANGS is blank; give en, ko or both (LANGS='en ko')" >&2; exit 2; }
 D=${DATA:-${ELMO_DATA:-../shared/data}}   # the data folder
 EPOCHS=${EPOCHS:-5}
 KMOU_EPOCHS=${KMOU_EPOCHS:-15}   # 2,928 training sentences: the CRF needs more passes than 3
@@ -27,14 +38,19 @@ run() {  # $1 = input mode, $2 = "name|args"
   log="$out/$name-$1.log"
   case "$args" in *--epochs*) epochs="";; *) epochs="--epochs $EPOCHS";; esac
   echo "elmo task train $args --input $1 $epochs --out $out/$name-$1 --quiet" > "$log"
-  elmo task train $args --input "$1" $epochs --out "$out/$name-$1" --quiet >> "$log" 2>&1
+  elmo task train $args --input "$1" $epochs --out "$out/$name-$1" --quiet >> "$log" 2>&1 && return
+  # one write, so that the report of a task failing beside another stays in one piece
+  printf '%s\n' "$me: task $name ($1) failed; the last lines of $log:" "$(tail -n 5 "$log" | sed 's/^/  /')" >&2
+  return 1
 }
 EXTRA=${EXTRA:-}  # e.g. EXTRA="--max-items 50 --max-dev 50" for a smoke run
-export -f run; export out EPOCHS EXTRA
-LANGS=${LANGS:-en ko}
+export -f run; export me out EPOCHS EXTRA
 selected() { jobs | grep -E -- "--model ($(echo $LANGS | tr ' ' '|'))( |$)"; }
 for mode in mix token; do
-  selected | xargs -P 2 -I{} bash -c "run $mode '{}'"
+  if ! selected | xargs -P 2 -I{} bash -c "run $mode '{}'"; then
+    echo "$me: error: tasks failed (above); their logs are in $out" >&2
+    exit 1
+  fi
 done
 if [[ " $LANGS " != *" en "* ]]; then
   for f in "$out"/*.log; do echo "== $f"; cat "$f"; done
@@ -44,10 +60,18 @@ W2V=${W2V:-runs/w2v-en.txt}
 [ -f "$W2V" ] || elmo probe word2vec runs/data/en/train.txt.gz --out "$W2V" --dim 256 --epochs 5
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
 PROBE_EXTRA=${PROBE_EXTRA:-}  # e.g. "--max-sentences 100"
-elmo probe pos --model en --train $D/en/ud-ewt/en_ewt-ud-train.conllu.gz --dev $D/en/ud-ewt/en_ewt-ud-dev.conllu.gz \
-  --static "$W2V" --quiet $PROBE_EXTRA > "$out/probe-pos.txt"
-elmo probe wsd --model en --semcor-xml $D/en/wsd/semcor/semcor.data.xml.gz --semcor-keys $D/en/wsd/semcor/semcor.gold.key.txt.gz \
-  --eval-xml $D/en/wsd/semeval2007/semeval2007.data.xml.gz --eval-keys $D/en/wsd/semeval2007/semeval2007.gold.key.txt.gz \
-  --wordnet $D/en/wordnet/index.sense.gz --static "$W2V" --quiet $PROBE_EXTRA > "$out/probe-wsd.txt"
+tmp=
+trap 'rm -f "$tmp"' EXIT   # a probe that failed or was interrupted leaves no temporary file
+to_file() {  # $1 = file, the rest = a command: its output replaces the file only when it succeeds (never half a table)
+  local file=$1; tmp=$(dirname "$1")/.$(basename "$1").$$.tmp; shift
+  "$@" > "$tmp" || { local rc=$?; echo "$me: error: $file not written: $1 ${*:2:2} failed (exit $rc)" >&2; exit $rc; }
+  mv -f "$tmp" "$file"
+}
+to_file "$out/probe-pos.txt" elmo probe pos --model en --train $D/en/ud-ewt/en_ewt-ud-train.conllu.gz \
+  --dev $D/en/ud-ewt/en_ewt-ud-dev.conllu.gz --static "$W2V" --quiet $PROBE_EXTRA
+to_file "$out/probe-wsd.txt" elmo probe wsd --model en --semcor-xml $D/en/wsd/semcor/semcor.data.xml.gz \
+  --semcor-keys $D/en/wsd/semcor/semcor.gold.key.txt.gz --eval-xml $D/en/wsd/semeval2007/semeval2007.data.xml.gz \
+  --eval-keys $D/en/wsd/semeval2007/semeval2007.gold.key.txt.gz --wordnet $D/en/wordnet/index.sense.gz \
+  --static "$W2V" --quiet $PROBE_EXTRA
 for f in "$out"/*.log; do echo "== $f"; cat "$f"; done
 cat "$out/probe-pos.txt" "$out/probe-wsd.txt"

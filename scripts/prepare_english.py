@@ -5,6 +5,10 @@
 Writes train.txt.gz (IMDB reviews incl. unlabelled, nlp-corpus lines 0-94,999, Brown without cl23 — it is
 Senseval-3 text —, MASC) and heldout-nlp.txt (nlp-corpus lines 95,000-99,999, the in-domain slice left out of
 training, without the sentences that occur verbatim in the training text), plus 1b-dev.txt and wikitext2-valid.txt (the perplexity sets, with WikiText's heading lines dropped).
+
+Every input is checked before anything is read, and the four files are written only once all are made, each under a
+temporary name renamed onto its own at the end: a missing or damaged input, a full disk or Ctrl-C leaves the --out
+folder as it was (an earlier run's files whole, no new files beside old ones) and no folder made by this run.
 """
 
 from __future__ import annotations
@@ -14,33 +18,70 @@ import gzip
 import json
 import os
 import random
+import sys
 import zipfile
+import zlib
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from elmo.cli.messages import one_line
+from elmo.errors import ElmoError
+from elmo.io.atomic import atomic_path, new_folders, output_folder, writable_file, write_errors
 from elmo.text.sentences import split_sentences
 from elmo.text.tokenize import english_tokenize
 
 DEFAULT_DATA = os.environ.get("ELMO_DATA") or str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
 DATA = Path(DEFAULT_DATA) / "en"  # set from --data in main
 HELD_OUT_FROM = 95_000
+INPUTS = ("imdb/reviews.jsonl.gz", "nlp-corpus/sentences.txt.gz", "brown/brown.zip", "masc/masc_tagged.zip",
+          "1b-heldout/dev.tokens", "wikitext-2/valid.txt.gz")  # under DATA
+OUTPUTS = ("train.txt.gz", "heldout-nlp.txt", "1b-dev.txt", "wikitext2-valid.txt")
+
+
+class DataFolderError(ElmoError, ValueError):
+    """An input of the data folder missing, or not what it should be: one line naming it."""
+
+
+def check_inputs() -> None:
+    """Refuse a data folder that lacks one of the input files, before anything is read or written."""
+    for name in INPUTS:
+        if not (DATA / name).is_file():
+            raise DataFolderError(f"{DATA / name}: no such file; check --data (the data folder, which holds en/"
+                                  f"{name.split('/')[0]}/ and the other inputs)")
+
+
+@contextmanager
+def reading(path: Path):
+    """Turn a data file that cannot be read as expected (not gzip or zip, damaged, not UTF-8, not JSON, a field
+    missing) into one line naming it."""
+    try:
+        yield
+    except ElmoError:
+        raise
+    except (OSError, EOFError, zlib.error, zipfile.BadZipFile, UnicodeDecodeError, json.JSONDecodeError,
+            KeyError) as err:
+        detail = f"no field {err}" if isinstance(err, KeyError) else one_line(err)
+        raise DataFolderError(f"{path}: unreadable or not the expected data ({detail}); check --data") from None
 
 
 def imdb():
-    with gzip.open(DATA / "imdb" / "reviews.jsonl.gz", "rt", encoding="utf-8") as f:
+    path = DATA / "imdb" / "reviews.jsonl.gz"
+    with reading(path), gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:
             for sentence in split_sentences(json.loads(line)["text"]):
                 yield english_tokenize(sentence)
 
 
 def nlp_corpus(held_out: bool):
-    with gzip.open(DATA / "nlp-corpus" / "sentences.txt.gz", "rt", encoding="utf-8") as f:
+    path = DATA / "nlp-corpus" / "sentences.txt.gz"
+    with reading(path), gzip.open(path, "rt", encoding="utf-8") as f:
         for number, line in enumerate(f):
             if (number >= HELD_OUT_FROM) == held_out:
                 yield english_tokenize(line.strip())
 
 
 def tagged_zip(path: Path, separator: str, skip: set[str]):
-    with zipfile.ZipFile(path) as z:
+    with reading(path), zipfile.ZipFile(path) as z:
         for name in sorted(z.namelist()):
             if name.endswith("/") or Path(name).name in skip or Path(name).name in ("CONTENTS", "README", "cats.txt",
                                                                                  "categories.txt"):
@@ -51,6 +92,21 @@ def tagged_zip(path: Path, separator: str, skip: set[str]):
                     yield tokens
 
 
+def write_outputs(out: Path, texts: dict[str, str]) -> None:
+    """Write each file of ``texts`` (name -> text; gzip for a name ending in .gz) into ``out``, each through a
+    temporary file that replaces its name only once all are written; on a failure none is replaced, and the folders
+    made for them are removed."""
+    with new_folders(out), ExitStack() as stack:
+        for name, text in texts.items():
+            tmp = stack.enter_context(atomic_path(out / name))
+            with write_errors(out / name):
+                if name.endswith(".gz"):  # the header names the final file, as gzip.open(out / name) would
+                    with open(tmp, "wb") as raw, gzip.GzipFile(name, "wb", fileobj=raw) as f:
+                        f.write(text.encode("utf-8"))
+                else:
+                    tmp.write_text(text, encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/data/en")
@@ -58,8 +114,10 @@ def main() -> None:
     args = parser.parse_args()
     global DATA
     DATA = Path(args.data) / "en"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(args.out, "--out")
+    for name in OUTPUTS:
+        writable_file(out / name)  # a folder in a file's place: refused now, not after the reading
+    check_inputs()
     sources = {"imdb": imdb(), "nlp-corpus": nlp_corpus(False),
                "brown": tagged_zip(DATA / "brown" / "brown.zip", "/", {"cl23"}),
                "masc": tagged_zip(DATA / "masc" / "masc_tagged.zip", "_", set())}
@@ -69,21 +127,23 @@ def main() -> None:
         sentences += [" ".join(tokens) for tokens in sentences_of if tokens]
         print(f"{name}: {len(sentences) - before:,} sentences")
     random.Random(0).shuffle(sentences)  # mix the sources once, so any prefix of the file is representative
-    with gzip.open(out / "train.txt.gz", "wt", encoding="utf-8") as f:
-        f.write("\n".join(sentences) + "\n")
-    print(f"train.txt.gz: {len(sentences):,} sentences, {sum(len(s.split()) for s in sentences):,} tokens")
     # nlp-corpus also holds IMDB review sentences ("Highly recommended .", "9 / 10", ...): a held-out sentence that
     # occurs verbatim in the training text (1,639 of the 5,000) is dropped, so the slice is truly unseen
     seen = set(sentences)
     held_out = [s for s in (" ".join(t) for t in nlp_corpus(True) if t) if s not in seen]
-    (out / "heldout-nlp.txt").write_text("\n".join(held_out) + "\n", encoding="utf-8")
-    print(f"heldout-nlp.txt: {len(held_out):,} sentences not in train.txt.gz")
-    (out / "1b-dev.txt").write_text((DATA / "1b-heldout" / "dev.tokens").read_text(encoding="utf-8"),
-                                    encoding="utf-8")
-    with gzip.open(DATA / "wikitext-2" / "valid.txt.gz", "rt", encoding="utf-8") as f:
+    with reading(DATA / "1b-heldout" / "dev.tokens"):
+        dev_1b = (DATA / "1b-heldout" / "dev.tokens").read_text(encoding="utf-8")
+    path = DATA / "wikitext-2" / "valid.txt.gz"
+    with reading(path), gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip() and not line.strip().startswith("=")]
-    (out / "wikitext2-valid.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_outputs(out, {"train.txt.gz": "\n".join(sentences) + "\n", "heldout-nlp.txt": "\n".join(held_out) + "\n",
+                        "1b-dev.txt": dev_1b, "wikitext2-valid.txt": "\n".join(lines) + "\n"})
+    print(f"train.txt.gz: {len(sentences):,} sentences, {sum(len(s.split()) for s in sentences):,} tokens")
+    print(f"heldout-nlp.txt: {len(held_out):,} sentences not in train.txt.gz")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ElmoError, OSError) as err:
+        sys.exit(f"prepare_english.py: error: {one_line(err)}")

@@ -7,6 +7,10 @@ CLI), after Unicode NFC of the whole text (``_tokens``): the shipped model's tra
 train.txt.gz (the NSMC raw crawl without the NSMC-rebuilt dev texts, the Blue House petitions split into
 sentences, the KorQuAD dev paragraphs split into sentences) and heldout-nsmc.txt (the 10,000 NSMC-rebuilt dev
 reviews: held-out NSMC text never seen in training; the withheld test reviews are not in the crawl at all).
+
+Every input is checked before anything is read, and both files are written only once both are made, each under a
+temporary name renamed onto its own at the end: a missing or damaged input, a full disk or Ctrl-C leaves the --out
+folder as it was (an earlier run's files whole, no new file beside an old one) and no folder made by this run.
 """
 
 from __future__ import annotations
@@ -20,14 +24,50 @@ import random
 import re
 import sys
 import unicodedata
+import zlib
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from elmo.cli.messages import one_line
+from elmo.errors import ElmoError
+from elmo.io.atomic import atomic_path, new_folders, output_folder, writable_file, write_errors
 from elmo.text.tokenize import korean_tokenize
 
 DEFAULT_DATA = os.environ.get("ELMO_DATA") or str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
 DATA = Path(DEFAULT_DATA) / "ko"  # set from --data in main
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 csv.field_size_limit(sys.maxsize)
+INPUTS = ("nsmc/dev.tsv.gz", "nsmc/reviews.tsv.gz", "korquad-dev/korquad_v1.0_dev.json.gz")  # under DATA
+OUTPUTS = ("train.txt.gz", "heldout-nsmc.txt")
+
+
+class DataFolderError(ElmoError, ValueError):
+    """An input of the data folder missing, or not what it should be: one line naming it."""
+
+
+def check_inputs() -> None:
+    """Refuse a data folder that lacks one of the input files (or every petitions file), before anything is read or
+    written."""
+    for name in INPUTS:
+        if not (DATA / name).is_file():
+            raise DataFolderError(f"{DATA / name}: no such file; check --data (the data folder, which holds ko/"
+                                  f"{name.split('/')[0]}/ and the other inputs)")
+    if not any((DATA / "petitions").glob("*.jsonl.gz")):
+        raise DataFolderError(f"{DATA / 'petitions'}: no *.jsonl.gz files; check --data (the data folder, which holds "
+                              f"ko/petitions/ and the other inputs)")
+
+
+@contextmanager
+def reading(path: Path):
+    """Turn a data file that cannot be read as expected (not gzip, damaged, not UTF-8, not JSON, a column or field
+    missing) into one line naming it."""
+    try:
+        yield
+    except ElmoError:
+        raise
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, csv.Error, KeyError) as err:
+        detail = f"no field {err}" if isinstance(err, KeyError) else one_line(err)
+        raise DataFolderError(f"{path}: unreadable or not the expected data ({detail}); check --data") from None
 
 
 def _tokens(text: str) -> list[str]:
@@ -42,12 +82,14 @@ def _key(text: str) -> str:
 
 
 def nsmc_dev_texts() -> list[str]:
-    with gzip.open(DATA / "nsmc" / "dev.tsv.gz", "rt", encoding="utf-8", newline="") as f:
+    path = DATA / "nsmc" / "dev.tsv.gz"
+    with reading(path), gzip.open(path, "rt", encoding="utf-8", newline="") as f:
         return [row["text"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
 
 
 def nsmc_reviews(skip: set[str]):
-    with gzip.open(DATA / "nsmc" / "reviews.tsv.gz", "rt", encoding="utf-8", newline="") as f:
+    path = DATA / "nsmc" / "reviews.tsv.gz"
+    with reading(path), gzip.open(path, "rt", encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
             if _key(row["text"]) not in skip:
                 yield _tokens(row["text"])
@@ -55,7 +97,7 @@ def nsmc_reviews(skip: set[str]):
 
 def petitions():
     for path in sorted((DATA / "petitions").glob("*.jsonl.gz")):
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        with reading(path), gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 record = json.loads(line)
                 for sentence in _SENTENCE_END.split(record["title"] + "\n" + record["content"]):
@@ -63,11 +105,27 @@ def petitions():
 
 
 def korquad():
-    with gzip.open(DATA / "korquad-dev" / "korquad_v1.0_dev.json.gz", "rt", encoding="utf-8") as f:
+    path = DATA / "korquad-dev" / "korquad_v1.0_dev.json.gz"
+    with reading(path), gzip.open(path, "rt", encoding="utf-8") as f:
         for article in json.load(f)["data"]:
             for paragraph in article["paragraphs"]:
                 for sentence in _SENTENCE_END.split(paragraph["context"]):
                     yield _tokens(sentence)
+
+
+def write_outputs(out: Path, texts: dict[str, str]) -> None:
+    """Write each file of ``texts`` (name -> text; gzip for a name ending in .gz) into ``out``, each through a
+    temporary file that replaces its name only once all are written; on a failure none is replaced, and the folders
+    made for them are removed."""
+    with new_folders(out), ExitStack() as stack:
+        for name, text in texts.items():
+            tmp = stack.enter_context(atomic_path(out / name))
+            with write_errors(out / name):
+                if name.endswith(".gz"):  # the header names the final file, as gzip.open(out / name) would
+                    with open(tmp, "wb") as raw, gzip.GzipFile(name, "wb", fileobj=raw) as f:
+                        f.write(text.encode("utf-8"))
+                else:
+                    tmp.write_text(text, encoding="utf-8")
 
 
 def main() -> None:
@@ -77,8 +135,10 @@ def main() -> None:
     args = parser.parse_args()
     global DATA
     DATA = Path(args.data) / "ko"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(args.out, "--out")
+    for name in OUTPUTS:
+        writable_file(out / name)  # a folder in a file's place: refused now, not after the reading
+    check_inputs()
     dev = nsmc_dev_texts()
     sources = {"nsmc": nsmc_reviews({_key(t) for t in dev}), "petitions": petitions(), "korquad": korquad()}
     sentences = []
@@ -87,12 +147,14 @@ def main() -> None:
         sentences += [" ".join(tokens) for tokens in sentences_of if tokens]
         print(f"{name}: {len(sentences) - before:,} sentences")
     random.Random(0).shuffle(sentences)
-    with gzip.open(out / "train.txt.gz", "wt", encoding="utf-8") as f:
-        f.write("\n".join(sentences) + "\n")
-    print(f"train.txt.gz: {len(sentences):,} sentences, {sum(len(s.split()) for s in sentences):,} tokens")
     held_out = [" ".join(_tokens(t)) for t in dev]
-    (out / "heldout-nsmc.txt").write_text("\n".join(s for s in held_out if s) + "\n", encoding="utf-8")
+    write_outputs(out, {"train.txt.gz": "\n".join(sentences) + "\n",
+                        "heldout-nsmc.txt": "\n".join(s for s in held_out if s) + "\n"})
+    print(f"train.txt.gz: {len(sentences):,} sentences, {sum(len(s.split()) for s in sentences):,} tokens")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ElmoError, OSError) as err:
+        sys.exit(f"prepare_korean.py: error: {one_line(err)}")

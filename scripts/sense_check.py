@@ -9,6 +9,8 @@ Two checks per model:
   mean across);
 * for ``en``, when the data folder is there: SemCor's occurrences of "bank" written ``bank``, annotated
   ``bank%1:14:00::`` (money) or ``bank%1:17:01::`` (river), per layer (the table of scripts/sense_separation.py).
+  Without SemCor in the default data folder this check is skipped (said in one line); a --data folder given that
+  does not hold SemCor is an error, found before any model runs.
 
     python scripts/sense_check.py                    # both shipped models; SemCor from $ELMO_DATA or ../shared/data
     python scripts/sense_check.py --model en --data /path/to/data
@@ -19,12 +21,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from elmo.cli.messages import one_line
 from elmo.context import annotated_occurrences, cosine, occurrences, read_labelled_sentences, separation_report
 from elmo.embed import Embedder
+from elmo.errors import ElmoError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("ELMO_DATA") or ROOT.parent / "shared" / "data")
@@ -51,13 +56,22 @@ def example_check(embedder: Embedder, model: str) -> list[str]:
             f"{'passes' if strict else 'fails'}"]
 
 
+def semcor_missing(data: Path) -> Path | None:
+    """What of SemCor the data folder lacks (its folder, or one of its two files); None when all is there."""
+    folder = data / "en" / "wsd" / "semcor"
+    if not folder.is_dir():
+        return folder
+    return next((f for f in (folder / "semcor.data.xml.gz", folder / "semcor.gold.key.txt.gz") if not f.is_file()),
+                None)
+
+
 def semcor_check(embedder: Embedder, data: Path) -> list[str]:
     """SemCor's 'bank' (money vs river), per layer; one line saying why when the files are not there."""
     from elmo.tasks.readers import read_wsd_xml
 
+    if missing := semcor_missing(data):
+        return [f"en: SemCor check skipped: no {missing}"]
     folder = data / "en" / "wsd" / "semcor"
-    if not folder.is_dir():
-        return [f"en: SemCor check skipped: no {folder}"]
     sentences = read_wsd_xml(folder / "semcor.data.xml.gz", folder / "semcor.gold.key.txt.gz")
     found = annotated_occurrences(embedder, sentences, SEMCOR_SENSES, form="bank")
     counts = {label: sum(o.label == label for o in found) for label in SEMCOR_SENSES.values()}
@@ -68,14 +82,23 @@ def semcor_check(embedder: Embedder, data: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(CASES), action="append", help="default: both shipped models")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the data folder (for SemCor)")
+    parser.add_argument("--data", type=Path, help=f"the data folder (for SemCor; default {DEFAULT_DATA}, skipped "
+                                                  f"when it lacks SemCor)")
     args = parser.parse_args()
-    for model in args.model or sorted(CASES):
+    models = args.model or sorted(CASES)
+    if args.data is not None and "en" in models and (missing := semcor_missing(args.data)):
+        # only the default folder may lack SemCor: a folder typed on the command line is meant to be used
+        raise UsageError(f"{missing}: not found; check --data (the data folder, which holds en/wsd/semcor/ for the "
+                         f"SemCor check)")
+    for model in models:
         embedder = Embedder.from_pretrained(model)
         print("\n".join(example_check(embedder, model)))
         if model == "en":
-            print("\n".join(semcor_check(embedder, args.data)))
+            print("\n".join(semcor_check(embedder, args.data or DEFAULT_DATA)))
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ElmoError, OSError) as err:
+        sys.exit(f"sense_check.py: error: {one_line(err)}")
