@@ -19,7 +19,8 @@ from pathlib import Path
 from elmo.config import ConfigError, ElmoConfig
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
-from elmo.io.download import DownloadError, cache_dir, fetch, sha256_of
+from elmo.io.download import DownloadError, cache_dir, fetch
+from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import describe_file, is_weight_file
 from elmo.io.model_files import ModelFiles
 
@@ -115,7 +116,7 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
     path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False, fresh=True)
     _check_first_download(url, path)
     with atomic_path(record) as tmp:
-        tmp.write_text(sha256_of(path) + "\n", encoding="utf-8")
+        tmp.write_text(file_sha256(path) + "\n", encoding="utf-8")
     return path
 
 

@@ -20,13 +20,13 @@ import os
 import random
 import sys
 import zipfile
-import zlib
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from prepare_common import check_inputs, reading, write_outputs
 
 from elmo.cli.messages import one_line
 from elmo.errors import ElmoError
-from elmo.io.atomic import atomic_path, new_folders, output_folder, writable_file, write_errors
+from elmo.io.atomic import output_folder, writable_file
 from elmo.text.sentences import split_sentences
 from elmo.text.tokenize import english_tokenize
 
@@ -36,32 +36,6 @@ HELD_OUT_FROM = 95_000
 INPUTS = ("imdb/reviews.jsonl.gz", "nlp-corpus/sentences.txt.gz", "brown/brown.zip", "masc/masc_tagged.zip",
           "1b-heldout/dev.tokens", "wikitext-2/valid.txt.gz")  # under DATA
 OUTPUTS = ("train.txt.gz", "heldout-nlp.txt", "1b-dev.txt", "wikitext2-valid.txt")
-
-
-class DataFolderError(ElmoError, ValueError):
-    """An input of the data folder missing, or not what it should be: one line naming it."""
-
-
-def check_inputs() -> None:
-    """Refuse a data folder that lacks one of the input files, before anything is read or written."""
-    for name in INPUTS:
-        if not (DATA / name).is_file():
-            raise DataFolderError(f"{DATA / name}: no such file; check --data (the data folder, which holds en/"
-                                  f"{name.split('/')[0]}/ and the other inputs)")
-
-
-@contextmanager
-def reading(path: Path):
-    """Turn a data file that cannot be read as expected (not gzip or zip, damaged, not UTF-8, not JSON, a field
-    missing) into one line naming it."""
-    try:
-        yield
-    except ElmoError:
-        raise
-    except (OSError, EOFError, zlib.error, zipfile.BadZipFile, UnicodeDecodeError, json.JSONDecodeError,
-            KeyError) as err:
-        detail = f"no field {err}" if isinstance(err, KeyError) else one_line(err)
-        raise DataFolderError(f"{path}: unreadable or not the expected data ({detail}); check --data") from None
 
 
 def imdb():
@@ -92,21 +66,6 @@ def tagged_zip(path: Path, separator: str, skip: set[str]):
                     yield tokens
 
 
-def write_outputs(out: Path, texts: dict[str, str]) -> None:
-    """Write each file of ``texts`` (name -> text; gzip for a name ending in .gz) into ``out``, each through a
-    temporary file that replaces its name only once all are written; on a failure none is replaced, and the folders
-    made for them are removed."""
-    with new_folders(out), ExitStack() as stack:
-        for name, text in texts.items():
-            tmp = stack.enter_context(atomic_path(out / name))
-            with write_errors(out / name):
-                if name.endswith(".gz"):  # the header names the final file, as gzip.open(out / name) would
-                    with open(tmp, "wb") as raw, gzip.GzipFile(name, "wb", fileobj=raw) as f:
-                        f.write(text.encode("utf-8"))
-                else:
-                    tmp.write_text(text, encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/data/en")
@@ -117,7 +76,7 @@ def main() -> None:
     out = output_folder(args.out, "--out")
     for name in OUTPUTS:
         writable_file(out / name)  # a folder in a file's place: refused now, not after the reading
-    check_inputs()
+    check_inputs(DATA, INPUTS)
     sources = {"imdb": imdb(), "nlp-corpus": nlp_corpus(False),
                "brown": tagged_zip(DATA / "brown" / "brown.zip", "/", {"cl23"}),
                "masc": tagged_zip(DATA / "masc" / "masc_tagged.zip", "_", set())}

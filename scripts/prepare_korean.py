@@ -24,13 +24,13 @@ import random
 import re
 import sys
 import unicodedata
-import zlib
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from prepare_common import DataFolderError, check_inputs, reading, write_outputs
 
 from elmo.cli.messages import one_line
 from elmo.errors import ElmoError
-from elmo.io.atomic import atomic_path, new_folders, output_folder, writable_file, write_errors
+from elmo.io.atomic import output_folder, writable_file
 from elmo.text.tokenize import korean_tokenize
 
 DEFAULT_DATA = os.environ.get("ELMO_DATA") or str(Path(__file__).resolve().parents[1].parent / "shared" / "data")
@@ -39,35 +39,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 csv.field_size_limit(sys.maxsize)
 INPUTS = ("nsmc/dev.tsv.gz", "nsmc/reviews.tsv.gz", "korquad-dev/korquad_v1.0_dev.json.gz")  # under DATA
 OUTPUTS = ("train.txt.gz", "heldout-nsmc.txt")
-
-
-class DataFolderError(ElmoError, ValueError):
-    """An input of the data folder missing, or not what it should be: one line naming it."""
-
-
-def check_inputs() -> None:
-    """Refuse a data folder that lacks one of the input files (or every petitions file), before anything is read or
-    written."""
-    for name in INPUTS:
-        if not (DATA / name).is_file():
-            raise DataFolderError(f"{DATA / name}: no such file; check --data (the data folder, which holds ko/"
-                                  f"{name.split('/')[0]}/ and the other inputs)")
-    if not any((DATA / "petitions").glob("*.jsonl.gz")):
-        raise DataFolderError(f"{DATA / 'petitions'}: no *.jsonl.gz files; check --data (the data folder, which holds "
-                              f"ko/petitions/ and the other inputs)")
-
-
-@contextmanager
-def reading(path: Path):
-    """Turn a data file that cannot be read as expected (not gzip, damaged, not UTF-8, not JSON, a column or field
-    missing) into one line naming it."""
-    try:
-        yield
-    except ElmoError:
-        raise
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, csv.Error, KeyError) as err:
-        detail = f"no field {err}" if isinstance(err, KeyError) else one_line(err)
-        raise DataFolderError(f"{path}: unreadable or not the expected data ({detail}); check --data") from None
 
 
 def _tokens(text: str) -> list[str]:
@@ -113,21 +84,6 @@ def korquad():
                     yield _tokens(sentence)
 
 
-def write_outputs(out: Path, texts: dict[str, str]) -> None:
-    """Write each file of ``texts`` (name -> text; gzip for a name ending in .gz) into ``out``, each through a
-    temporary file that replaces its name only once all are written; on a failure none is replaced, and the folders
-    made for them are removed."""
-    with new_folders(out), ExitStack() as stack:
-        for name, text in texts.items():
-            tmp = stack.enter_context(atomic_path(out / name))
-            with write_errors(out / name):
-                if name.endswith(".gz"):  # the header names the final file, as gzip.open(out / name) would
-                    with open(tmp, "wb") as raw, gzip.GzipFile(name, "wb", fileobj=raw) as f:
-                        f.write(text.encode("utf-8"))
-                else:
-                    tmp.write_text(text, encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/data/ko")
@@ -138,7 +94,10 @@ def main() -> None:
     out = output_folder(args.out, "--out")
     for name in OUTPUTS:
         writable_file(out / name)  # a folder in a file's place: refused now, not after the reading
-    check_inputs()
+    check_inputs(DATA, INPUTS)
+    if not any((DATA / "petitions").glob("*.jsonl.gz")):
+        raise DataFolderError(f"{DATA / 'petitions'}: no *.jsonl.gz files; check --data (the data folder, which holds "
+                              f"ko/petitions/ and the other inputs)")
     dev = nsmc_dev_texts()
     sources = {"nsmc": nsmc_reviews({_key(t) for t in dev}), "petitions": petitions(), "korquad": korquad()}
     sentences = []

@@ -17,7 +17,7 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.errors import ElmoError, UsageError
 from elmo.io import nlpl
-from elmo.io.download import sha256_of
+from elmo.io.work_folder import file_sha256
 from elmo.io.load import load_bilm
 from elmo.io.native import ModelFileError, save_model
 from elmo.io.official import WeightFileError, export_official, load_official
@@ -147,7 +147,7 @@ def test_nlpl_zip_is_unpacked_once_into_the_cache(source, tmp_path, monkeypatch)
     loaded = load_bilm(archive)
     assert_same(loaded, source)
     assert loaded.cache_words and loaded.tokenizer_name is None
-    unpacked = tmp_path / "cache" / "nlpl" / sha256_of(archive)
+    unpacked = tmp_path / "cache" / "nlpl" / file_sha256(archive)
     assert sorted(p.name for p in unpacked.iterdir()) == ["README", "meta.json", "model.hdf5", "options.json",
                                                           "vocab.txt"]
     assert [p.name for p in unpacked.parent.iterdir()] == [unpacked.name]  # no temporary folder left

@@ -111,6 +111,7 @@ def _say_error(line: str) -> None:
     """An error's one line on stderr; under torchrun, from the first process only: every process meets the same
     arguments and files, and N copies of the line would read as N problems (the exit code is each process's own)."""
     rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE")
-    consistent = rank.isdigit() and world is not None and world.isdigit() and int(rank) < int(world)
+    whole = lambda text: text.isascii() and text.isdigit()  # "²" is a digit to isdigit, not to int
+    consistent = whole(rank) and world is not None and whole(world) and int(rank) < int(world)
     if rank == "0" or not consistent:  # not torchrun's environment (a stray RANK=3): no first process would say it
         print(line, file=sys.stderr)

@@ -10,7 +10,7 @@ from pathlib import Path
 from elmo.cli.common import STDIO, CommandLineError
 from elmo.errors import ElmoError
 from elmo.io.atomic import NotAFileError, same_file, writable_file
-from elmo.io.checkpoint import is_checkpoint, list_checkpoints
+from elmo.io.checkpoint import CHECKPOINT_FILES, is_checkpoint, list_checkpoints
 from elmo.io.resolve import resolve_path
 
 _MODEL = ("model", "options", "weights")
@@ -41,15 +41,15 @@ def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[tupl
         for name in value if isinstance(value, list) else [value]:
             if not isinstance(name, str) or name == STDIO:
                 continue
-            matches = glob.glob(name) if glob.has_magic(name) else [name]
+            matches = glob.glob(name, recursive=True) if glob.has_magic(name) else [name]  # `**` as the readers
             found.extend(match for match in matches if Path(match).exists())
     return [(name, name) for name in found] + [(str(file), name) for name in found if Path(name).is_dir()
                                                 for file in _model_files(Path(name))]
 
 
 def _model_files(folder: Path) -> list[Path]:
-    """The files of a model folder, checkpoint or run folder (none if it is not one): those it is loaded from, every
-    file of its checkpoints (the optimizer's state, trainer.json: a resume reads them) and the files elmo writes
+    """The files of a model folder, checkpoint or run folder (none if it is not one): those it is loaded from, the
+    files of its checkpoints (the optimizer's state, trainer.json: a resume reads them) and the files elmo writes
     there (metrics.jsonl, the official pair of an export). An output must not be one of them, though the command
     names only their folder; a file of the user's own beside them may be written over (an earlier output)."""
     try:
@@ -58,11 +58,8 @@ def _model_files(folder: Path) -> list[Path]:
         return []
     loaded = [f for f in (files.config, files.weights, files.softmax, files.vocab, files.cache_words) if f is not None]
     checkpoints = [folder] if is_checkpoint(folder) else list_checkpoints(folder)
-    try:
-        owned = [p for p in folder.iterdir() if p.name in _OWNED_NAMES]
-        owned += [p for checkpoint in checkpoints for p in checkpoint.iterdir()]
-    except OSError:
-        owned = []
+    owned = [folder / name for name in _OWNED_NAMES]
+    owned += [checkpoint / name for checkpoint in checkpoints for name in CHECKPOINT_FILES]
     return [f for f in loaded + owned if f.is_file()]
 
 

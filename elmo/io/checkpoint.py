@@ -14,6 +14,9 @@ from pathlib import Path
 from elmo.io.native import ModelFileError
 
 PREFIX = "step-"  # a checkpoint's folder: PREFIX + the step in 8 digits or more; complete once trainer.json is in it
+# what elmo.training.checkpoint writes into a checkpoint's folder (a test checks that it writes nothing else)
+CHECKPOINT_FILES = frozenset({"config.json", "model.safetensors", "softmax.safetensors", "vocab.txt", "train_config.json",
+                              "optimizer.safetensors", "optimizer.json", "state.safetensors", "trainer.json"})
 _CHECKPOINT_NAME = re.compile(re.escape(PREFIX) + r"[0-9]{8,}")
 
 

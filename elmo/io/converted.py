@@ -22,7 +22,8 @@ from pathlib import Path
 
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
-from elmo.io.download import cache_dir, sha256_of
+from elmo.io.download import cache_dir
+from elmo.io.work_folder import file_sha256
 from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ def _file_hash(path: Path) -> str:
     digest = index.get(entry) if index else None
     if digest is not None:
         return digest
-    digest = sha256_of(path)
+    digest = file_sha256(path)
     if index is None:
         logger.debug("%s: not elmo's hash index; left as it is", index_path)
         return digest

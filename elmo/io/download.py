@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from elmo.errors import ElmoError
 from elmo.io.atomic import atomic_path
+from elmo.io.work_folder import file_sha256
 
 
 class DownloadError(ElmoError, OSError):
@@ -30,14 +31,6 @@ def cache_dir() -> Path:
     """``$ELMO_CACHE`` (``~`` expanded, made absolute: the cache must not move with the working folder), or
     ``~/.cache/elmo`` (also when the variable is set but empty)."""
     return Path(os.environ.get("ELMO_CACHE") or Path.home() / ".cache" / "elmo").expanduser().absolute()
-
-
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch(url: str, sha256: str | None, name: str | None = None, directory: str | Path | None = None,
@@ -51,7 +44,7 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
     if verify and (not sha256 or len(sha256) != 64):
         raise DownloadError(f"{url}: no sha256 pinned, refusing to use an unverified download")
     target = Path(directory or cache_dir()) / (name or url.rstrip("/").rsplit("/", 1)[-1])
-    if target.is_file() and not fresh and (not verify or sha256_of(target) == sha256):
+    if target.is_file() and not fresh and (not verify or file_sha256(target) == sha256):
         return target
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_path(target) as tmp:

@@ -21,7 +21,8 @@ from itertools import islice
 from pathlib import Path
 
 from elmo.config import ConfigError, ElmoConfig
-from elmo.io.download import cache_dir, sha256_of
+from elmo.io.download import cache_dir
+from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import HDF5_KIND, describe_file
 from elmo.io.native import ModelFileError
 from elmo.io.official import WeightFileError, check_datasets, check_storage, dataset_shapes
@@ -67,7 +68,7 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
     cache the first time and reused after (keyed by the zip's sha256)."""
     archive = Path(archive)
     root = cache_dir() / "nlpl"
-    target = root / sha256_of(archive)
+    target = root / file_sha256(archive)
     if is_nlpl_folder(target):
         return target
     try:

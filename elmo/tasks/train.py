@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
-from elmo.io.download import sha256_of
+from elmo.io.work_folder import file_sha256
 from elmo.io.native import load_state_strict
 from elmo.limits import MAX_HEAD_HIDDEN, MAX_LABELS, MAX_MIX_LAYERS, MAX_READOUT_DIM, is_whole
 from elmo.tasks.features import FeatureCache
@@ -222,7 +222,7 @@ def save_task(out_dir: str | Path, head: torch.nn.Module, config: TaskConfig) ->
     with atomic_path(out / "head.safetensors") as tmp:  # the labels of its output rows ride along, in order
         save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp),
                   metadata={LABELS_KEY: json.dumps(config.labels, ensure_ascii=False)})
-    record = asdict(config) | {"head_sha256": sha256_of(out / "head.safetensors")}
+    record = asdict(config) | {"head_sha256": file_sha256(out / "head.safetensors")}
     with atomic_path(out / "task.json") as tmp:
         tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out
@@ -236,7 +236,7 @@ def load_task(path: str | Path) -> tuple[torch.nn.Module, TaskConfig]:
     try:
         record = json.loads((root / "task.json").read_text(encoding="utf-8"))
         expected = record.pop("head_sha256", None)
-        if expected is not None and expected != sha256_of(root / "head.safetensors"):
+        if expected is not None and expected != file_sha256(root / "head.safetensors"):
             raise UsageError("head.safetensors does not belong to this task.json (an interrupted save?)")
         config = TaskConfig(**record)
         with safe_open(str(root / "head.safetensors"), framework="pt") as f:

@@ -7,7 +7,6 @@ and a run from weights takes the source's model sizes, tokenizer and vocabulary.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ from elmo.errors import InputTypeError, UsageError
 from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resolve_checkpoint
 from elmo.io.native import is_model_dir
 from elmo.io.resolve import resolve
+from elmo.io.work_folder import file_sha256
 from elmo.training.checkpoint import Checkpoint, load_checkpoint
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
@@ -59,32 +59,42 @@ def _whole_from_env(name: str, default: int) -> int:
     text = os.environ.get(name)
     if text is None:
         return default
-    if not text.strip().isdigit():
+    if not (text.strip().isascii() and text.strip().isdigit()):  # "²" is a digit to isdigit, not to int
         raise UsageError(f"the environment variable {name}={text!r} is not a whole number: torchrun sets it for each "
                          f"process; unset it to train in one process")
     return int(text)
 
 
-def text_hashes(files: Sequence[str]) -> list[str]:
-    """SHA-256 of each training file's bytes, read once as a run starts (about a second a GB): checkpoints record
-    them, so a resume finds an edit that kept a file's size (a corrected word), which the sizes alone miss."""
-    hashes = []
-    for name in files:
-        digest = hashlib.sha256()
-        try:
-            with open(name, "rb") as f:
-                while block := f.read(1 << 20):
-                    digest.update(block)
-        except OSError as err:
-            raise UsageError(f"{name}: cannot read the training text ({err.strerror})") from None
-        hashes.append(digest.hexdigest())
-    return hashes
+@dataclass(frozen=True)
+class TrainingText:
+    """The training files' sizes and SHA-256, taken together as a run starts (by the first process, which writes the
+    checkpoints; about a second a GB): every checkpoint records them, so a resume finds text that changed, also an
+    edit that kept a file's size (a corrected word)."""
+
+    sizes: list[int]
+    hashes: list[str]
 
 
-def check_same_text(checkpoint: Checkpoint, files: Sequence[str], hashes: Sequence[str]) -> None:
-    """A resumed run reads the files its checkpoint's data position refers to, as they were (``hashes``: the files'
-    ``text_hashes`` now): other files, or a file that changed since, would put the position into other text. A
-    UsageError names the file."""
+def training_text(files: Sequence[str], checkpoint: Checkpoint | None = None) -> TrainingText:
+    """The files' ``TrainingText``; with the checkpoint being resumed, checked against its record: a resume reads the
+    files its data position refers to, as they were (other files, or changed ones, would put the position into other
+    text). The names and sizes are compared before any file is read whole. A UsageError names the file."""
+    if checkpoint is not None:
+        _check_names_and_sizes(checkpoint, files)
+    try:
+        text = TrainingText([os.path.getsize(name) for name in files], [file_sha256(name) for name in files])
+    except OSError as err:
+        raise UsageError(f"{err.filename}: cannot read the training text ({err.strerror})") from None
+    recorded = checkpoint.trainer.get("file_hashes", []) if checkpoint is not None else []  # absent: older runs
+    for name, saved, now in zip(files, recorded, text.hashes):
+        if saved != now:
+            raise UsageError(f"{name}: its text changed since {checkpoint.path.name} was saved (the same size, other "
+                             f"bytes): its data position would point into other text; resume with the same text, or "
+                             f"start a run from these weights with --init-from")
+    return text
+
+
+def _check_names_and_sizes(checkpoint: Checkpoint, files: Sequence[str]) -> None:
     trainer = checkpoint.trainer
     saved = trainer.get("files", files)
     if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in files]:  # ./a.txt = /x/a.txt
@@ -95,11 +105,6 @@ def check_same_text(checkpoint: Checkpoint, files: Sequence[str], hashes: Sequen
             raise UsageError(f"{name}: {now:,} bytes, {size:,} when {checkpoint.path.name} was saved: its data "
                              f"position would point into other text; resume with the same text, or start a run "
                              f"from these weights with --init-from")
-    for name, saved, now in zip(files, trainer.get("file_hashes", []), hashes):  # absent in older checkpoints
-        if saved != now:
-            raise UsageError(f"{name}: its text changed since {checkpoint.path.name} was saved (the same size, other "
-                             f"bytes): its data position would point into other text; resume with the same text, or "
-                             f"start a run from these weights with --init-from")
 
 
 def run_device(device: str | torch.device | None, env: Distributed) -> torch.device:

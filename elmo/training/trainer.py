@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import warnings
 from contextlib import nullcontext
@@ -37,8 +36,8 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import (Distributed, check_same_text, run_device, settle_run, text_hashes,
-                                     training_files, warn_if_mostly_unknown)
+from elmo.training.run_start import (Distributed, run_device, settle_run, training_files, training_text,
+                                     warn_if_mostly_unknown)
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
@@ -94,6 +93,7 @@ class Trainer:
         self.step, self.tokens_seen, self.elapsed = 0, 0, 0.0
         self.bad_steps = 0  # consecutive batches skipped for a non-finite loss
         self.stop_requested: str | None = None  # why the run is to stop after its current step (request_stop)
+        self.text = training_text(self.files, checkpoint) if self.env.main else None  # resumed: checked against it
         if checkpoint is not None:
             self._restore(checkpoint)
         self.ddp = self._wrap_for_processes()
@@ -138,7 +138,6 @@ class Trainer:
         self.rows = (self.env.rank * config.batch_size, (self.env.rank + 1) * config.batch_size)  # this rank's
         files = expand_files(files)
         self.files = [str(f) for f in files]  # as given: a run moved with its text resumes; hashes catch other text
-        self.file_hashes = text_hashes(self.files)
         self.batchers = [
             LMBatcher(SentenceSource(files, tokenizer, seed=config.seed + 7919 * direction,
                                      chunk_size=config.chunk_size), self.vocab, self.global_rows, config.unroll_steps,
@@ -171,7 +170,6 @@ class Trainer:
         if trainer.get("world", 1) != self.env.world:
             raise UsageError(f"{checkpoint.path}: written by {trainer.get('world', 1)} processes; resume it with "
                              f"the same number (got {self.env.world})")
-        check_same_text(checkpoint, self.files, self.file_hashes)
         try:
             self._load_states(checkpoint)
         except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
@@ -376,8 +374,7 @@ class Trainer:
             return None
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
-                   "files": self.files, "file_sizes": [os.path.getsize(name) for name in self.files],
-                   "file_hashes": self.file_hashes,
+                   "files": self.files, "file_sizes": self.text.sizes, "file_hashes": self.text.hashes,
                    "data": [s["data"] for s in gathered]}
         try:
             return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,

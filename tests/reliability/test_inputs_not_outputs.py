@@ -7,6 +7,7 @@ import os
 import pytest
 
 from elmo.cli import main
+from elmo.io.checkpoint import CHECKPOINT_FILES
 from elmo.io.official import export_official
 from elmo.io.native import load_model
 from tests.reliability.tiny import cli, micro_run, one_error_line, text_file, tiny_model
@@ -110,11 +111,33 @@ def test_a_file_of_the_model_folder_is_no_output(run_and_export, capsys, model, 
     assert _snapshot(place) == before
 
 
-def test_a_users_own_file_in_the_model_folder_may_be_written(run_and_export, capsys):
-    """An earlier output kept beside the model is no input: writing it again is allowed."""
-    output = run_and_export / "run" / "tokens.hdf5"
+@pytest.mark.parametrize("model, output", [("run", "run/tokens.hdf5"), ("run", "run/step-00000001/tokens.hdf5"),
+                                           ("run/step-00000001", "run/step-00000001/tokens.hdf5")])
+def test_a_users_own_file_in_the_model_folder_may_be_written(run_and_export, capsys, model, output):
+    """An earlier output kept beside the model (or inside a checkpoint) is no input: writing it again is allowed."""
+    output = run_and_export / output
     for _ in range(2):
-        rc, err = cli(capsys, "dump-token-embeddings", run_and_export / "vocab.txt", output,
-                      "--model", run_and_export / "run")
+        rc, err = cli(capsys, "dump-token-embeddings", run_and_export / "vocab.txt",
+                      output, "--model", run_and_export / model)
         assert rc == 0, err
     output.unlink()
+
+
+def test_a_checkpoint_holds_only_the_files_named_as_its_own(run_and_export):
+    """The output check knows a checkpoint's files by name (elmo.io.checkpoint.CHECKPOINT_FILES): a file the
+    trainer writes beside them but not named there could be written over."""
+    checkpoint = run_and_export / "run" / "step-00000001"
+    assert {p.name for p in checkpoint.iterdir() if p.name != "tokens.hdf5"} <= CHECKPOINT_FILES
+
+
+def test_a_recursive_glob_does_not_hide_an_input(tmp_path, capsys):
+    """`**` matched no folder in the check (glob without recursive=True) and every depth in the reader: the output
+    `data/keep.txt` was read as an input and written over."""
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    text_file(tmp_path / "data" / "keep.txt", 5)
+    text_file(tmp_path / "data" / "sub" / "more.txt", 5)
+    before = (tmp_path / "data" / "keep.txt").read_bytes()
+    rc, err = cli(capsys, "vocab", "build", f"{tmp_path}/data/**/*.txt", "-o", tmp_path / "data" / "keep.txt")
+    assert rc == 2
+    one_error_line(err, "would overwrite")
+    assert (tmp_path / "data" / "keep.txt").read_bytes() == before

@@ -61,6 +61,7 @@ def test_resume_without_files_goes_on_with_the_runs_own(tmp_path, capsys):
 
 @pytest.mark.parametrize("environment, fragment", [
     ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not a whole number"),
+    ({"WORLD_SIZE": "\u00b2"}, "WORLD_SIZE='\u00b2' is not a whole number"),  # a digit to isdigit(), not to int()
     ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1' is not a whole number"),
     ({"RANK": "3", "WORLD_SIZE": "2"}, "RANK=3 of WORLD_SIZE=2 processes"),
     ({"RANK": "1"}, "RANK=1 of WORLD_SIZE=1 processes"),

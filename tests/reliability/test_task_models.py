@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from elmo import Embedder
 from elmo.errors import ElmoError
-from elmo.io.download import sha256_of
+from elmo.io.work_folder import file_sha256
 from elmo.io.native import save_model
 from elmo.tasks.commands import train_task
 from elmo.tasks.features import build_features, cached_features
@@ -49,7 +49,7 @@ def test_a_head_with_nan_weights_is_refused_even_with_a_matching_hash(task, tmp_
     state[name] = torch.full_like(state[name], float("nan"))
     save_file(state, str(copy / "head.safetensors"), metadata={"labels": json.dumps(["neg", "pos"])})
     record = json.loads((copy / "task.json").read_text())
-    (copy / "task.json").write_text(json.dumps(record | {"head_sha256": sha256_of(copy / "head.safetensors")}))
+    (copy / "task.json").write_text(json.dumps(record | {"head_sha256": file_sha256(copy / "head.safetensors")}))
     with pytest.raises(ElmoError, match="NaN"):
         load_task(copy)
 
