@@ -17,9 +17,10 @@
 # It trains from scratch and overwrites elmo/models/{en,ko}: keep the result only if OUT/{en,ko}-eval.txt beat the
 # models already shipped (their cards: CPU-trained en 1B dev 207.6, ko NSMC 167.7, carried-state figures at
 # --batch-size 64, where this script measures at 128: compare the from-zeros figures, which do not depend on it).
-# Any failed step (a background job included) stops the script with a non-zero exit, before elmo/models is touched:
-# the models are shipped only after both trained and were evaluated, each folder written whole by ship_model.py.
-set -euo pipefail
+# A failed training or evaluation step (a background job included) stops the script with a non-zero exit before
+# elmo/models is touched. The two models are then shipped one after the other, each folder written whole by
+# ship_model.py: a refused Korean report leaves the English model already replaced (see OUT/ko-ship.log).
+set -Eeuo pipefail
 if [ $# -ne 3 ]; then echo "usage: scripts/train_ship_gpu.sh DATA MINUTES OUT" >&2; exit 2; fi
 data=$1 minutes=$2 out=$3
 export PYTHONUNBUFFERED=1
@@ -36,7 +37,8 @@ for lang in en ko; do
   fi
 done
 mkdir -p "$out" runs
-trap 'echo "train_ship_gpu.sh: error: a step failed (line $LINENO); its log is in $out; nothing more was shipped" >&2' ERR
+exec 3>&2  # the terminal's stderr, for the line below also from a step whose output goes to its log
+trap 'echo "train_ship_gpu.sh: error: a step failed (line $LINENO); its log is in $out; nothing more was shipped" >&3' ERR
 
 wait_all() {  # pids: wait for each background job; fail if any failed
   local failed=0

@@ -181,7 +181,7 @@ def cmd_substitutes(args: argparse.Namespace) -> None:
     bilm, softmax, vocab = load_language_model(files)
     _warn_of_unknown_tokens(tokens, vocab)
     result = substitutes(bilm, softmax, vocab, tokens, args.position, args.k)
-    print(f"position {args.position}: {tokens[args.position]!r}")
+    print(f"position {args.position}: {tokens[args.position]!r} in {' '.join(tokens)!r}")  # the tokens read
     for name, words in result.items():
         print(f"{name:<9} " + "  ".join(f"{w} {p:.3f}" for w, p in words))
 
@@ -266,7 +266,8 @@ def _add_train(sub) -> None:
                         "starts every sentence (default 1; 0: bilm-tf's way); may change on --resume")
     p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES,
                    help="raw text: en, ko (eojeol) or ko-morph (kiwipiepy); recorded with the model, kept on resume "
-                        "and --init-from, used by show and perplexity (and by embed with --tokenize model)")
+                        "and --init-from, used by show, perplexity, score and substitutes (and by embed with "
+                        "--tokenize model)")
     p.add_argument("--nproc", type=lambda text: count(text, 1, 1024), default=None,
                    help="processes on this machine (more than 1 runs torchrun)")
     p.add_argument("--device", default=None)
