@@ -46,6 +46,12 @@ MAX_MINUTES = 10**7  # about 19 years
 
 
 
+def is_digits(text: str) -> bool:
+    """True for a non-empty run of ASCII digits: text ``int`` reads as a whole number (``str.isdigit`` also takes "²",
+    which ``int`` refuses). How text from a file, a flag or the environment is checked before ``int``."""
+    return text.isascii() and text.isdigit()
+
+
 def is_whole(value: object, low: int = 1, high: int | None = None) -> bool:
     """True for a whole number (an ``int`` or a NumPy integer, not a bool) from ``low`` to ``high`` (None: no upper
     bound): how the Python API checks a count or a size before using it."""

@@ -30,6 +30,7 @@ from elmo.cli.outputs import check_outputs
 from elmo.cli.stdio import Stdio
 from elmo.devices import check_device
 from elmo.io.atomic import FolderInUseError
+from elmo.limits import is_digits
 
 __all__ = ["STDIO", "CommandLineError", "build_parser", "configure_logging", "main"]
 
@@ -111,7 +112,6 @@ def _say_error(line: str) -> None:
     """An error's one line on stderr; under torchrun, from the first process only: every process meets the same
     arguments and files, and N copies of the line would read as N problems (the exit code is each process's own)."""
     rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE")
-    whole = lambda text: text.isascii() and text.isdigit()  # "²" is a digit to isdigit, not to int
-    consistent = whole(rank) and world is not None and whole(world) and int(rank) < int(world)
+    consistent = is_digits(rank) and world is not None and is_digits(world) and int(rank) < int(world)
     if rank == "0" or not consistent:  # not torchrun's environment (a stray RANK=3): no first process would say it
         print(line, file=sys.stderr)

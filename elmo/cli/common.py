@@ -13,7 +13,7 @@ import torch
 from elmo.data.vocab import SPECIALS
 from elmo.errors import UsageError
 from elmo.io.load import load_bilm
-from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES
+from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES, is_digits
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 STDIO = "-"  # the name that means standard input (an input) or standard output (an output)
@@ -120,7 +120,7 @@ def vocabulary_size(text: str) -> int:
 
 def layer(text: str) -> str:
     """An argparse type: ``top`` or a layer number (0 = the token layer); whether the model has it is checked later."""
-    if text == "top" or (text.isascii() and text.isdigit()):  # "²".isdigit() is True, int("²") fails
+    if text == "top" or is_digits(text):
         return text
     raise argparse.ArgumentTypeError(f"give 'top' or a layer number from 0 to the model's top layer (0: the "
                                      f"token layer), got {text!r}")

@@ -12,6 +12,7 @@ from elmo.context import (Occurrence, nearest, occurrences, plot_word, read_labe
                           word_as_token)
 from elmo.embed import Embedder
 from elmo.errors import UsageError
+from elmo.limits import is_digits
 
 
 def _word_occurrences(args: argparse.Namespace, least: int):
@@ -47,7 +48,7 @@ def _marks(found: list[Occurrence]) -> dict[tuple[int, int], str]:
 
 
 def cmd_similar(args: argparse.Namespace) -> None:
-    index = -1 if args.layer == "top" else int(args.layer) if args.layer.isdigit() else None
+    index = -1 if args.layer == "top" else int(args.layer) if is_digits(args.layer) else None
     sentences, word, found, embedder = _word_occurrences(args, 1 if args.query is not None else 2)
     n_layers = found[0].vectors.shape[0]
     if index is None or index >= n_layers:

@@ -11,12 +11,12 @@ from elmo.cli.common import STDIO, CommandLineError
 from elmo.errors import ElmoError
 from elmo.io.atomic import NotAFileError, same_file, writable_file
 from elmo.io.checkpoint import CHECKPOINT_FILES, is_checkpoint, list_checkpoints
+from elmo.io.native import LEGACY_TOKENIZER_NAME
 from elmo.io.resolve import resolve_path
+from elmo.training.export import EXPORT_FILES
 
 _MODEL = ("model", "options", "weights")
-# files elmo writes into a model or run folder (beside those a model is loaded from)
-_OWNED_NAMES = frozenset({"config.json", "model.safetensors", "softmax.safetensors", "vocab.txt", "options.json",
-                          "weights.hdf5", "metrics.jsonl", "task.json", "head.safetensors", "tokenizer.json"})
+_TASK_FILES = ("task.json", "head.safetensors")
 # command -> (its outputs, its inputs, the names a folder output receives: None for a file output)
 WRITERS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]] = {
     "elmo embed": (("output",), ("input", *_MODEL, "cache_vocab"), None),
@@ -25,11 +25,14 @@ WRITERS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | Non
     "elmo plot": (("out",), ("sentences", *_MODEL), None),
     "elmo dump-token-embeddings": (("output",), ("vocab", *_MODEL), None),
     "elmo convert": (("output",), _MODEL, ("config.json", "model.safetensors", "options.json", "weights.hdf5")),
-    "elmo export": (("output",), ("checkpoint",), ("config.json", "model.safetensors", "options.json",
-                                                  "weights.hdf5", "softmax.safetensors", "vocab.txt")),
-    "elmo task train": (("out",), ("train", "dev", "model"), ("task.json", "head.safetensors")),
+    "elmo export": (("output",), ("checkpoint",), EXPORT_FILES),
+    "elmo task train": (("out",), ("train", "dev", "model"), _TASK_FILES),
     "elmo train": (("out",), ("files", "vocab", "init_from", "config"), ("metrics.jsonl",)),
 }
+# files elmo writes into a model or run folder, beside its checkpoints: every folder output above, and the
+# tokenizer file of folders written before config.json named the tokenizer
+_OWNED_NAMES = frozenset(name for *_, names in WRITERS.values() for name in names or ()) | {LEGACY_TOKENIZER_NAME}
+
 
 
 def _named_inputs(args: argparse.Namespace, dests: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ import warnings
 from elmo.cli.common import TOKENIZE_CHOICES, CommandLineError, batch_size, count, positive_number, whole
 from elmo.errors import UsageError
 from elmo.io.text_lines import sentence_lines
+from elmo.limits import is_digits
 from elmo.tasks.commands import FORMATS, check_format, evaluate_task, predict_task, train_task
 
 
@@ -93,7 +94,7 @@ def _add_task_train(tsub) -> None:
 
 def _layer_input(value: str) -> str:
     """--input's form (mix, token, or a layer number written in ASCII digits); the number's range is the model's."""
-    if value in ("mix", "token") or (value.isascii() and value.isdigit()):
+    if value in ("mix", "token") or is_digits(value):
         return value
     raise argparse.ArgumentTypeError(f"expected mix, token or a layer number (0, 1, 2, ...), got {value!r}")
 

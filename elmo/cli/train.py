@@ -9,6 +9,7 @@ import sys
 import warnings
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Callable
 
 from elmo.cli.common import (STDIO, TOKENIZE_CHOICES, CommandLineError, add_model_args, batch_size, count, load_model,
                              minutes, sentences, share, vocabulary_size, whole)
@@ -17,6 +18,7 @@ from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import UsageError
+from elmo.io.model_files import ModelFiles
 from elmo.io.resolve import resolve
 from elmo.training.checkpoint import load_language_model
 from elmo.text.tokenize import get_tokenizer
@@ -125,16 +127,15 @@ def _relaunch_with_torchrun(nproc: int, stop_file: Path) -> None:
 
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
-    files = resolve(args.model)
+    files, tokenizer = _model_and_tokenizer(args)
     bilm, softmax, vocab = load_language_model(files)
     model = LanguageModel(bilm, softmax).to(args.device)
-    tokenizer = get_tokenizer(args.tokenize or files.tokenizer)  # as the model's text was split
-    files = args.stdio.inputs(args.files)
+    texts = args.stdio.inputs(args.files)
     if args.zero_state:
-        result = zero_state_perplexity(model, vocab, files, tokenizer, max_sentences=args.max_sentences,
+        result = zero_state_perplexity(model, vocab, texts, tokenizer, max_sentences=args.max_sentences,
                                        progress=not args.quiet)
     else:
-        result = perplexity(model, vocab, files, tokenizer, batch_size=args.batch_size,
+        result = perplexity(model, vocab, texts, tokenizer, batch_size=args.batch_size,
                             max_sentences=args.max_sentences, progress=not args.quiet)
     share = result.unknown_share
     print(f"tokens {result.tokens}  forward {result.forward:.2f}  backward {result.backward:.2f}  "
@@ -150,13 +151,19 @@ def _warn_if_mostly_unknown(share: float, where: str, vocabulary: str) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    files = resolve(args.model)
-    tokenizer = get_tokenizer(args.tokenize or files.tokenizer)  # as the model's text was split (as perplexity)
+    files, tokenizer = _model_and_tokenizer(args)
     split = [tokenizer(s) for s in args.sentences]  # an empty sentence is scored too: P(</S> | <S>)
     bilm, softmax, vocab = load_language_model(files)
     _warn_of_unknown_tokens([w for tokens in split for w in tokens], vocab)
     for tokens, (forward, backward) in zip(split, score(bilm, softmax, vocab, split)):
         print(f"{forward:10.3f} {backward:10.3f}  {' '.join(tokens)}")  # the tokens scored: one line each
+
+
+def _model_and_tokenizer(args: argparse.Namespace) -> tuple[ModelFiles, Callable[[str], list[str]]]:
+    """The files of ``--model`` and how raw text is split for it: ``--tokenize``, else the tokenizer the model's text
+    was split with (recorded with the model), as perplexity, score and substitutes read text."""
+    files = resolve(args.model)
+    return files, get_tokenizer(args.tokenize or files.tokenizer)
 
 
 def _warn_of_unknown_tokens(tokens: list[str], vocab: Vocabulary) -> None:
@@ -171,8 +178,8 @@ def _warn_of_unknown_tokens(tokens: list[str], vocab: Vocabulary) -> None:
 
 
 def cmd_substitutes(args: argparse.Namespace) -> None:
-    files = resolve(args.model)
-    tokens = get_tokenizer(args.tokenize or files.tokenizer)(args.sentence)  # as the model's text was split
+    files, tokenizer = _model_and_tokenizer(args)
+    tokens = tokenizer(args.sentence)
     if not tokens:
         raise CommandLineError("the sentence is empty: give the sentence, in quotes")
     if not 0 <= args.position < len(tokens):  # a mistake in the command line: say so before loading the model

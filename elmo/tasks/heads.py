@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from elmo.errors import UsageError
+from elmo.limits import is_digits
 from elmo.model.mix import ScalarMix, check_layers, select_layers
 
 
@@ -20,7 +21,7 @@ class LayerInput(nn.Module):
 
     def __init__(self, n_layers: int, mode: str = "mix") -> None:
         super().__init__()
-        layer = 0 if mode == "token" else int(mode) if mode.isdigit() else mode  # "token": the layer-0 baseline
+        layer = 0 if mode == "token" else int(mode) if is_digits(mode) else mode  # "token": the layer-0 baseline
         try:
             self.layer = check_layers(layer, n_layers, names=("mix",))
         except UsageError:

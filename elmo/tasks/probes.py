@@ -24,6 +24,7 @@ import torch
 from elmo.embed import Embedder
 from elmo.errors import MissingDependencyError, UsageError
 from elmo.io.atomic import atomic_path
+from elmo.limits import is_digits
 from elmo.tasks import readers
 from elmo.tasks.readers.common import iter_lines
 from elmo.tasks.features import FeatureCache, cached_features
@@ -64,7 +65,7 @@ def load_word_vectors(path: str | Path) -> dict[str, np.ndarray]:
     for number, line in iter_lines(path):  # line by line: a bad byte is an error naming its line
         if number == 1:
             header = line.split()
-            if len(header) != 2 or not all(h.isdigit() for h in header) or int(header[1]) == 0:
+            if len(header) != 2 or not all(is_digits(h) for h in header) or int(header[1]) == 0:
                 raise readers.DataFormatError(path, 1, f"the header {line[:60]!r} is not 'COUNT DIM'", hint)
             dim = int(header[1])
             continue

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from elmo.io.native import ModelFileError
+from elmo.limits import is_digits
 
 _BATCHER_KEYS = ("source", "queues", "current", "counter", "exhausted")
 _SOURCE_KEYS = ("epoch", "file_index", "line", "chunks", "served")
@@ -99,7 +100,7 @@ def check_optimizer_record(plain: Any, path: Path) -> None:
         if not isinstance(params, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in params):
             raise _fail(path, f"param_groups[{g}].params", "must be a list of parameter indices")
     for index, values in plain["state"].items():
-        if not index.isdigit() or not isinstance(values, dict):
+        if not is_digits(index) or not isinstance(values, dict):
             raise _fail(path, f"state[{index!r}]", "must be an object under a parameter index")
         for key, value in values.items():
             _number(value, path, f"state[{index!r}].{key}")

@@ -24,6 +24,7 @@ from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resol
 from elmo.io.native import is_model_dir
 from elmo.io.resolve import resolve
 from elmo.io.work_folder import file_sha256
+from elmo.limits import is_digits
 from elmo.training.checkpoint import Checkpoint, load_checkpoint
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
@@ -59,7 +60,7 @@ def _whole_from_env(name: str, default: int) -> int:
     text = os.environ.get(name)
     if text is None:
         return default
-    if not (text.strip().isascii() and text.strip().isdigit()):  # "²" is a digit to isdigit, not to int
+    if not is_digits(text.strip()):
         raise UsageError(f"the environment variable {name}={text!r} is not a whole number: torchrun sets it for each "
                          f"process; unset it to train in one process")
     return int(text)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmo.limits import is_digits
 from elmo.tasks.readers.common import DataFormatError, is_blank, iter_lines
 
 
@@ -105,7 +106,7 @@ def read_stsa(path: str | Path) -> list[LabelledText]:
         if is_blank(line):
             continue
         label, _, text = line.partition(" ")
-        if not (label.isascii() and label.isdigit()) or not text.strip():
+        if not is_digits(label) or not text.strip():
             raise DataFormatError(path, number, f"expected 'label sentence', found {line[:60]!r}",
                                   "each line must be a numeric label, one space, then the sentence")
         items.append(LabelledText(" ".join(_unescape_ptb_leaf(t) for t in text.split(" ")), label))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elmo.errors import UsageError
+from elmo.limits import is_digits
 from elmo.tasks.readers.common import DataFormatError, iter_blocks
 
 
@@ -191,7 +192,7 @@ def _parse_kmou_morpheme(path: str | Path, number: int, line: str, previous_eoje
         raise DataFormatError(path, number, f"expected 4 TAB-separated fields (eojeol_no morpheme POS tag), "
                               f"found {len(fields)}", "fix the morpheme line")
     eojeol, form, _, tag = fields
-    if not eojeol.isdigit() or int(eojeol) not in (previous_eojeol, previous_eojeol + 1) or int(eojeol) == 0:
+    if not is_digits(eojeol) or int(eojeol) not in (previous_eojeol, previous_eojeol + 1) or int(eojeol) == 0:
         raise DataFormatError(path, number, f"eojeol number {eojeol!r} after {previous_eojeol}",
                               "eojeol numbers must start at 1 and grow by at most 1")
     if tag == "O":

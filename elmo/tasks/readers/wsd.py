@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmo.limits import is_digits
 from elmo.tasks.readers.common import DataFormatError, is_blank, iter_lines
 
 
@@ -146,7 +147,7 @@ def read_wordnet_index_sense(path: str | Path) -> dict[tuple[str, str], list[str
             continue
         fields = line.split(" ")
         lemma, _, lex = fields[0].partition("%")
-        if len(fields) != 4 or not lemma or lex[:1] not in _WN_SS_TYPE_POS or not fields[2].isdigit():
+        if len(fields) != 4 or not lemma or lex[:1] not in _WN_SS_TYPE_POS or not is_digits(fields[2]):
             raise DataFormatError(path, number, f"not an index.sense line: {line[:60]!r}",
                                   "expected 'lemma%ss_type:lex_filenum:lex_id:head:head_id offset sense_no tag_cnt'")
         ranked.setdefault((lemma, _WN_SS_TYPE_POS[lex[0]]), []).append((int(fields[2]), fields[0]))
