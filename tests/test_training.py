@@ -180,7 +180,8 @@ def test_export_load_embed_round_trip_and_score_matches_perplexity(text_slices, 
 
 
 def test_substitutes_and_bad_position(text_slices, tmp_path):
-    from elmo.training.evaluate import substitutes
+    """substitutes reads one position's distributions: those of the whole sentence's at that position."""
+    from elmo.training.evaluate import direction_log_probs, substitutes
 
     train, _, vocab_file = text_slices
     Trainer(micro_train_config(max_steps=2), [train], tmp_path / "r", vocab=Vocabulary.load(vocab_file),
@@ -189,6 +190,10 @@ def test_substitutes_and_bad_position(text_slices, tmp_path):
     result = substitutes(bilm, softmax, vocab, "the cat sat".split(), 1, k=4)
     assert set(result) == {"forward", "backward", "both"} and all(len(v) == 4 for v in result.values())
     assert all(w not in ("<S>", "</S>", "<UNK>") for v in result.values() for w, _ in v)
+    _, fwd, bwd = direction_log_probs(bilm, softmax, [["the", "cat", "sat"]])  # the whole sentence's distributions
+    for name, logp in (("forward", fwd[0, 2]), ("backward", bwd[0, 2])):  # token 1 sits at 2, after <S>
+        for word, probability in result[name]:
+            assert math.isclose(probability, math.exp(float(logp[vocab.id(word)])), rel_tol=1e-5)
     with pytest.raises(ValueError, match="outside the sentence"):
         substitutes(bilm, softmax, vocab, ["a"], 3)
 

@@ -107,12 +107,14 @@ class SentenceSource:
 
     def __init__(self, files: Sequence[Path], tokenizer: Callable[[str], list[str]] = str.split, seed: int = 0,
                  chunk_size: int = 20_000, shuffle: bool = True, loop: bool = True,
-                 limit: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> None:
+                 limit: int | None = None, chunk_tokens: int = CHUNK_TOKENS, max_tokens: int | None = None) -> None:
+        """``max_tokens``: a line of more tokens is refused, naming it (readers that hold a sentence whole, as
+        ``zero_state_perplexity``; training streams a long line like any other text)."""
         if not files:
             raise CorpusError("no training files")
         self.files, self.tokenizer, self.seed = list(files), tokenizer, seed
         self.chunk_size, self.shuffle, self.loop = chunk_size, shuffle, loop
-        self.chunk_tokens = chunk_tokens
+        self.chunk_tokens, self.max_tokens = chunk_tokens, max_tokens
         self.limit = limit  # one pass only: stop after this many sentences
         self.served = 0
         self.epoch = self.file_index = self.line = self.chunks = 0
@@ -165,6 +167,9 @@ class SentenceSource:
                     tokens = tokens_of(self.tokenizer, text)  # a list of strings: a string's letters are no tokens
                 except Exception as err:  # a tokenizer plug-in failing on one line should say where
                     raise CorpusError(f"{path}, line {self.line}: tokenizer failed ({err})") from None
+                if self.max_tokens is not None and len(tokens) > self.max_tokens:
+                    raise CorpusError(f"{path}, line {self.line}: {len(tokens):,} tokens, above the limit of "
+                                      f"{self.max_tokens:,} per sentence; split it into sentences, one per line")
                 if tokens:
                     sentences.append(tokens)
                     tokens_read += len(tokens)

@@ -15,7 +15,7 @@ from elmo.data.chars import batch_to_ids
 from elmo.data.corpus import LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
 from elmo.errors import InputTypeError, UsageError
-from elmo.limits import is_whole
+from elmo.limits import MAX_TOKENS_PER_LINE, is_whole
 from elmo.model.bilm import BiLM, BiLMOutput
 from elmo.model.engine import InferenceEngine
 from elmo.training.lm import LanguageModel
@@ -115,7 +115,8 @@ def zero_state_perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequen
     check_vocabulary(model.softmax, vocab)
     model.eval()
     engine = InferenceEngine.build(model.bilm, stateful=False)
-    source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences)
+    source = SentenceSource(expand_files(files), tokenizer, shuffle=False, loop=False, limit=max_sentences,
+                            max_tokens=MAX_TOKENS_PER_LINE)  # each sentence is read whole, as embedding reads it
     totals, count, unknown, words = [0.0, 0.0], 0, 0, 0
     bar = tqdm(unit="tok", disable=not progress, desc="perplexity from the zero state")
     while (chunk := source.next_chunk()) is not None:
@@ -153,12 +154,17 @@ def check_vocabulary(softmax: LMSoftmax, vocab: Vocabulary) -> None:
 
 
 def check_sentences(sentences: object, what: str) -> None:
-    """Token lists, not strings: ``score(..., ["the cat"])`` would score the letters t, h, e, ' ', c ... as words."""
+    """Token lists, not strings: ``score(..., ["the cat"])`` would score the letters t, h, e, ' ', c ... as words.
+    Each of at most ``MAX_TOKENS_PER_LINE`` tokens, as ``embed`` takes them: a sentence runs whole, and its
+    activations grow with its length."""
     if isinstance(sentences, (str, bytes)):
         raise InputTypeError(f"{what} takes token lists, e.g. [['the', 'cat']], not one string")
     for row, tokens in enumerate(sentences):
         if isinstance(tokens, (str, bytes)):
             raise InputTypeError(f"{what}: sentence {row} is a string; pass its tokens, e.g. {tokens.split()[:3]!r}")
+        if len(tokens) > MAX_TOKENS_PER_LINE:
+            raise UsageError(f"{what}: sentence {row} has {len(tokens):,} tokens, above the limit of "
+                             f"{MAX_TOKENS_PER_LINE:,}; split it into sentences")
 
 
 def _engine(model: BiLM | InferenceEngine) -> InferenceEngine:
@@ -177,8 +183,10 @@ def direction_log_probs(bilm: BiLM | InferenceEngine, softmax: LMSoftmax,
     """Per-position log-probabilities over the vocabulary, each sentence from the zero state.
 
     Returns the BiLM output and two (B, T + 2, V) tensors: the forward LM's distribution for the token at each
-    position given everything left of it, and the backward LM's given everything right of it.
+    position given everything left of it, and the backward LM's given everything right of it: 8 B x (T + 2) x V
+    bytes (``substitutes`` takes one position's instead).
     """
+    check_sentences(sentences, "direction_log_probs")
     engine = _engine(bilm)
     out = engine(batch_to_ids(sentences, engine.config.char_cnn.max_characters_per_token).to(softmax.weight.device))
     fwd = softmax.log_probs(out.forward_layers[-1])  # (B, T+2, V): position t predicts t + 1
@@ -243,11 +251,17 @@ def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Seque
                          f"{position!r} and k {k!r}")
     if not 0 <= position < len(tokens):
         raise UsageError(f"position {position} is outside the sentence (0..{len(tokens) - 1})")
-    _, fwd, bwd = direction_log_probs(bilm, softmax, [list(tokens)])
+    engine = _engine(bilm)
+    with torch.inference_mode():
+        ids = batch_to_ids([list(tokens)], engine.config.char_cnn.max_characters_per_token)  # (1, T + 2, W)
+        out = engine(ids.to(softmax.weight.device))
+        # the token sits at position + 1 (after <S>): the forward LM predicts it from the position before, the
+        # backward LM from the one after; only those two rows go through the softmax, (V,) each
+        fwd = softmax.log_probs(out.forward_layers[-1][0, position])
+        bwd = softmax.log_probs(out.backward_layers[-1][0, position + 2])
     specials = torch.tensor([vocab.bos, vocab.eos, vocab.unk])
     result = {}
-    for name, logp in (("forward", fwd[0, position + 1]), ("backward", bwd[0, position + 1]),
-                       ("both", torch.log_softmax(fwd[0, position + 1] + bwd[0, position + 1], -1))):
+    for name, logp in (("forward", fwd), ("backward", bwd), ("both", torch.log_softmax(fwd + bwd, -1))):
         logp = logp.clone()
         logp[specials] = float("-inf")
         top = torch.topk(logp, min(k, len(vocab) - 3))

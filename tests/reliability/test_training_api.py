@@ -173,6 +173,27 @@ def test_evaluation_arguments(trained, texts):
     assert score(bilm, softmax, vocab, []) == []
 
 
+def test_a_sentence_over_the_token_limit_is_refused_before_it_runs(trained, texts, tmp_path, monkeypatch):
+    """``embed`` refuses a line of over MAX_TOKENS_PER_LINE tokens; ``score``, ``substitutes`` and the zero-state
+    perplexity ran it whole (a 64 MiB line of one-letter words is 32 M tokens: tens of GB of activations)."""
+    from elmo.training import evaluate
+    bilm, softmax, vocab, _ = trained
+    model = LanguageModel(bilm, softmax)
+    monkeypatch.setattr(evaluate, "MAX_TOKENS_PER_LINE", 5)
+    long = ["w1"] * 6
+    for call in (lambda: score(bilm, softmax, vocab, [["w1"], long]), lambda: substitutes(bilm, softmax, vocab, long, 0)):
+        with pytest.raises(ElmoError) as err:
+            call()
+        one_line(err, "sentence", "6 tokens", "limit of 5")
+    text = tmp_path / "long.txt"
+    text.write_text("w1 w2\n" + " ".join(long) + "\n", encoding="utf-8")
+    with pytest.raises(ElmoError) as err:
+        zero_state_perplexity(model, vocab, [text])
+    one_line(err, f"{text}, line 2", "6 tokens", "limit of 5")
+    assert score(bilm, softmax, vocab, [long[:5]])  # at the limit: scored
+    assert perplexity(model, vocab, [text]).tokens == 10  # carried state: a long line is a stream, as in training
+
+
 def test_dump_token_embeddings_never_writes_over_its_vocabulary(trained, tmp_path):
     bilm, _, vocab, _ = trained
     vocab_file = tmp_path / "vocab.txt"
