@@ -333,9 +333,8 @@ def _add_export_commands(sub) -> None:
     p.add_argument("output", help="directory to write")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("dump-token-embeddings", help="bilm-tf's token-embedding cache for a vocabulary")
-    p.add_argument("vocab", help="vocabulary file, one word per line, holding <S>, </S> and <UNK> as bilm-tf's "
-                                 "(`elmo vocab build` writes one)")
+    p = sub.add_parser("dump-token-embeddings", help="bilm-tf's token-embedding cache for a word list")
+    p.add_argument("vocab", help="word list, one word per line (a vocabulary, or any words: a row each, in order)")
     p.add_argument("output", help="HDF5 file to write")
     add_model_args(p)
     p.set_defaults(func=cmd_dump_token_embeddings)

@@ -8,7 +8,7 @@ import h5py
 import torch
 
 from elmo.data.chars import batch_to_ids
-from elmo.data.vocab import Vocabulary
+from elmo.data.vocab import read_words
 from elmo.errors import InputTypeError, UsageError
 from elmo.io.atomic import (atomic_folder, atomic_path, check_free_space, check_replaceable_folder, same_file,
                              writable_file, write_errors)
@@ -48,15 +48,16 @@ def token_embeddings(bilm: BiLM, words: list[str], batch_size: int = 512) -> tor
 
 
 def dump_token_embeddings(bilm: BiLM, vocab_file: str | Path, out_file: str | Path) -> int:
-    """bilm-tf's token-embedding cache: one dataset ``embedding`` (V, P) in vocabulary order. ``out_file`` may not
-    be ``vocab_file`` (also through a link): the vocabulary would be replaced by its own vectors."""
+    """bilm-tf's token-embedding cache: one dataset ``embedding`` (V, P), a row per word of ``vocab_file`` in its
+    order. Any word list will do, as bilm-tf's (a task's words need no ``<S>``, ``</S>``, ``<UNK>``); each word once.
+    ``out_file`` may not be ``vocab_file`` (also through a link): the list would be replaced by its own vectors."""
     writable_file(out_file)  # not a folder, a device or a pipe (before the work)
     if same_file(out_file, vocab_file):
         raise UsageError(f"{out_file}: is the vocabulary file it reads ({vocab_file}); writing would replace it: "
                          f"give another output file")
     if not isinstance(bilm, BiLM):
         raise InputTypeError(f"dump_token_embeddings takes a BiLM, got {type(bilm).__name__}")
-    words = Vocabulary.load(vocab_file).words
+    words = read_words(vocab_file)
     vectors = token_embeddings(bilm, words).float().numpy()  # (V, P)
     check_free_space(out_file, vectors.nbytes + (1 << 20), f"{len(words):,} token vectors")
     with write_errors(out_file), atomic_path(out_file) as tmp, h5py.File(tmp, "w") as f:
