@@ -17,7 +17,7 @@ from elmo.errors import InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.limits import MAX_READOUTS, is_whole
 from elmo.model.bilm import BiLM, BiLMOutput, remove_sentence_boundaries
-from elmo.model.engine import InferenceEngine
+from elmo.model.engine import InferenceEngine, word_list
 from elmo.model.mix import ComponentProjection, ScalarMix, check_flag
 
 
@@ -64,10 +64,12 @@ class Elmo(nn.Module):
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
                  do_layer_norm: bool = False, dropout: float = 0.5, keep_sentence_boundaries: bool = False,
                  scalar_mix_parameters: Sequence[float] | None = None,
-                 output: Literal["mix", "projection"] = "mix", projection_dim: int | None = None) -> None:
+                 output: Literal["mix", "projection"] = "mix", projection_dim: int | None = None,
+                 vocab_to_cache: Sequence[str] | None = None) -> None:
         """``projection_dim``: the width of ``output="projection"`` (default 512); the options of the other readout
         (``do_layer_norm``, ``scalar_mix_parameters`` for a projection, ``projection_dim`` for a mix) are refused,
-        not ignored."""
+        not ignored. ``vocab_to_cache`` (AllenNLP's name): words whose token vectors the frozen biLM computes once,
+        when its engine is built (the same values, sooner); the inputs stay character ids (``batch_to_ids``)."""
         super().__init__()
         if not isinstance(bilm, BiLM):
             raise InputTypeError(f"Elmo takes a BiLM, got {type(bilm).__name__}; for AllenNLP's Elmo(options_file, "
@@ -78,6 +80,7 @@ class Elmo(nn.Module):
         requires_grad = check_flag(requires_grad, "requires_grad", "Elmo")
         keep_sentence_boundaries = check_flag(keep_sentence_boundaries, "keep_sentence_boundaries", "Elmo")
         self.bilm = bilm
+        self.cache_words = None if vocab_to_cache is None else word_list(vocab_to_cache)  # None: the biLM's own
         self._engine: InferenceEngine | None = None
         self._engine_weights: tuple[tuple[int, int], ...] = ()
         for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
@@ -189,7 +192,8 @@ class Elmo(nn.Module):
         else:
             weights = self._weights_version()
             if self._engine is None or self._engine.device != char_ids.device or self._engine_weights != weights:
-                self._engine = InferenceEngine.build(self.bilm, device=char_ids.device)
+                self._engine = InferenceEngine.build(self.bilm, cache_words=self.cache_words,
+                                                    device=char_ids.device)
                 # stateful mode: one stream of carried states whichever path runs, kept when the engine is rebuilt
                 # (.eval(), a fine-tuning step), as AllenNLP's one encoder keeps them
                 self._engine.carrier = self.bilm.state_carrier

@@ -162,6 +162,21 @@ def test_allennlp_habits_work_or_say_what_to_write_instead():
         elmo(ids.float())
 
 
+def test_vocab_to_cache_precomputes_those_words_and_changes_no_value():
+    """AllenNLP's ``Elmo(..., vocab_to_cache=words)``: was Python's unexpected-keyword TypeError. The words' token
+    vectors are computed once by the engine; every output is as without the cache."""
+    from elmo.errors import ElmoError
+
+    bilm = random_bilm(small_config())
+    plain = Elmo(bilm, dropout=0.0)(batch_to_ids(BATCH))["elmo_representations"][0]
+    cached = Elmo(bilm, dropout=0.0, vocab_to_cache=["bank", "river", "The"])
+    out = cached(batch_to_ids(BATCH))["elmo_representations"][0]
+    assert cached._engine.token_cache is not None and cached._engine.cache_words == ["bank", "river", "The"]
+    assert torch.allclose(out, plain, atol=1e-6)
+    with pytest.raises(ElmoError, match="list of words"):
+        Elmo(bilm, vocab_to_cache="bank")  # a string: its letters would be cached
+
+
 def test_layer_norm_in_half_precision_stays_finite():
     mix = ScalarMix(2, do_layer_norm=True)
     constant = torch.ones(1, 3, 4, dtype=torch.float16)

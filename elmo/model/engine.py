@@ -84,8 +84,8 @@ class FrozenLayer:
         return run_layer(x, batch_sizes, state, self.products, self.bias, self.cell_clip, self.proj_clip, buffer)
 
 
-def _word_list(words: object) -> list[str]:
-    """``cache_words`` as a list, refused in one line when it is no list of words (a string would cache letters)."""
+def word_list(words: object) -> list[str]:
+    """``cache_words`` (or ``Elmo``'s ``vocab_to_cache``) as a list, refused in one line when it is no list of words (a string would cache letters)."""
     listed = None if isinstance(words, (str, bytes)) or not hasattr(words, "__iter__") else list(words)
     if listed is None or not all(isinstance(w, str) for w in listed):
         raise InputTypeError(f"cache_words must be a list of words (strings), e.g. ['the', 'bank']; got "
@@ -122,7 +122,7 @@ class InferenceEngine:
         # the model's own list is checked too: it is set by assignment (elmo.bilm.cache_words = words), where a
         # string would cache its letters and a None in the list fail deep inside the first forward pass
         words = bilm.cache_words if cache_words is None else cache_words
-        self.cache_words = None if words is None else _word_list(words)
+        self.cache_words = None if words is None else word_list(words)
         self.memo_words = memo_words
         self.carrier = StateCarrier()
         self.rebuild()
