@@ -11,7 +11,6 @@ reachable where it was built), so an unpinned entry is only downloaded when the 
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from elmo.config import ConfigError, ElmoConfig
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
-from elmo.io.download import DownloadError, cache_dir, fetch
+from elmo.io.download import DownloadError, HashMismatchError, cache_dir, env_switch, fetch
 from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import describe_file, is_weight_file
 from elmo.io.model_files import ModelFiles
@@ -103,28 +102,35 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
     name = url.rsplit("/", 1)[-1]
     record = folder / (name + ".sha256")
     if sha256 is None and record.is_file():
-        sha256 = record.read_text(encoding="utf-8").strip().lower()
-        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        recorded = record.read_text(encoding="utf-8").strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", recorded):
             raise DownloadError(f"{record}: damaged hash record; delete it (and {folder / name}) to download again")
+        try:
+            return fetch(url, recorded, name=name, directory=folder, progress=progress)
+        except HashMismatchError:
+            raise DownloadError(f"{url}: the download does not match the sha256 recorded on its first use in "
+                                f"{record}; the file was not kept. If the server's file changed on purpose, delete "
+                                f"that record (with ELMO_ALLOW_UNPINNED=1 the next download is trusted)") from None
     if sha256 is not None:
         return fetch(url, sha256.lower(), name=name, directory=folder, progress=progress)
-    if os.environ.get("ELMO_ALLOW_UNPINNED") != "1":
+    if not env_switch("ELMO_ALLOW_UNPINNED", False):
         raise DownloadError(f"{url}: this release has no pinned sha256 for it; download it yourself and pass "
                             f"the local files (--options/--weights, or a folder holding options.json and the .hdf5 as "
                             f"--model or --init-from), or set ELMO_ALLOW_UNPINNED=1 to trust the first download")
-    # a file without a record was never trusted: download afresh (it is replaced only by a complete download)
-    path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False, fresh=True)
-    _check_first_download(url, path)
+    # a file without a record was never trusted: download afresh; it is replaced only by a complete download that
+    # is what its name says
+    path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False, fresh=True,
+                 check=lambda downloaded: _check_first_download(url, downloaded, options=name.endswith(".json")))
     with atomic_path(record) as tmp:
         tmp.write_text(file_sha256(path) + "\n", encoding="utf-8")
     return path
 
 
-def _check_first_download(url: str, path: Path) -> None:
+def _check_first_download(url: str, path: Path, options: bool) -> None:
     """Before an unpinned download is trusted (its hash recorded), check that it is what its name says: the options
-    a model's JSON, the weights bilm-tf's HDF5. A proxy's or a server's HTML page saved in its place would otherwise be
-    trusted, and fail to load on every later use. A file that is not is removed (this download made it)."""
-    options = path.suffix == ".json"
+    (``options``) a model's JSON, the weights bilm-tf's HDF5. A proxy's or a server's HTML page saved in its place
+    would otherwise be trusted, and fail to load on every later use. Runs on the download before it takes the cached
+    file's place, so a refused one leaves that file as it was."""
     if options:
         try:
             ElmoConfig.from_file(path)
@@ -136,6 +142,5 @@ def _check_first_download(url: str, path: Path) -> None:
         if weights:
             return
         kind = "an HDF5 file h5py cannot open (damaged or cut short)" if weights is None else describe_file(path)
-    path.unlink(missing_ok=True)
     raise DownloadError(f"{url}: the download is {kind}, not the model's {'options' if options else 'weights'}; "
                         f"nothing was kept: try again later, or download it yourself and pass the local files")

@@ -76,6 +76,63 @@ def test_a_damaged_copy_is_converted_again(cache, tmp_path, caplog, damage):
     assert (copy / "model.safetensors").stat().st_size > 1000 and "{not json" not in (copy / "config.json").read_text()
 
 
+def test_another_file_with_the_same_size_and_time_is_not_given_the_old_copy(cache, tmp_path):
+    """The hash index knew a file by its path, size and mtime: a new file put in place by `cp -p`, `rsync -a` or a
+    tar (same size and mtime) got the old model's copy, another model's vectors with exit 0."""
+    import os
+    import shutil
+
+    options, weights = _pair(tmp_path / "official", seed=3)
+    load_bilm(options=options, weights=weights)
+    stat = weights.stat()
+    other_options, other = _pair(tmp_path / "other", seed=4)  # same shapes: the same size
+    assert other.stat().st_size == stat.st_size
+    shutil.copyfile(other, weights)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # as `cp -p` keeps it
+    got = _layers(load_bilm(options=options, weights=weights))
+    assert torch.equal(got[-1], _layers(official.load_official(other_options, other))[-1])
+
+
+def test_a_file_replaced_while_it_is_read_leaves_no_copy_under_the_new_key(cache, tmp_path, monkeypatch):
+    """store() took the key again after reading: a file replaced between the two filed the old model's copy under
+    the new file's key, given to every later load (exit 0)."""
+    import shutil
+
+    import elmo.io.load as load_module
+
+    options, weights = _pair(tmp_path / "official", seed=3)
+    _, other = _pair(tmp_path / "other", seed=4)
+    original = load_module.load_official
+
+    def read_then_replace(*args, **kwargs):
+        model = original(*args, **kwargs)
+        shutil.copyfile(other, weights)  # another writer, just after the read
+        return model
+
+    monkeypatch.setattr(load_module, "load_official", read_then_replace)
+    load_bilm(options=options, weights=weights)
+    monkeypatch.setattr(load_module, "load_official", original)
+    assert not cache.exists() or not any(converted.is_key(p.name) for p in cache.iterdir())
+    got = _layers(load_bilm(options=options, weights=weights))  # now converted from the new file
+    assert torch.equal(got[-1], _layers(official.load_official(options, other))[-1])
+
+
+def test_cache_clear_removes_only_its_own_unfinished_copies_and_says_so(cache, tmp_path, capsys):
+    """Any "." + 12 hex digits + "." name holding a config.json was taken for a leftover and deleted, and the
+    command said "removed 0"."""
+    options, weights = _pair(tmp_path / "official")
+    load_bilm(options=options, weights=weights)
+    mine = cache / ".0123456789ab.mydata"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": 1}')
+    leftover = cache / ".0123456789ab.k3j4h5g6.tmp"  # store's temporary folder, its process killed
+    leftover.mkdir()
+    (leftover / "config.json").write_text("{}")
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 converted model(s) and 1 unfinished one(s)" in capsys.readouterr().out
+    assert (mine / "config.json").read_text() == '{"mine": 1}' and not leftover.exists()
+
+
 def test_an_unwritable_cache_still_loads(tmp_path, monkeypatch, caplog):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder would be")

@@ -9,8 +9,9 @@ from elmo.io import converted
 
 def cmd_cache(args: argparse.Namespace) -> None:
     if args.action == "clear":
-        copies, size = converted.clear()
-        print(f"removed {copies} converted model(s), {size / 1e6:,.0f} MB, from {converted.root()}")
+        copies, leftovers, size = converted.clear()
+        unfinished = f" and {leftovers} unfinished one(s) of interrupted loads" if leftovers else ""
+        print(f"removed {copies} converted model(s){unfinished}, {size / 1e6:,.0f} MB, from {converted.root()}")
         return
     folder = converted.root()
     copies = converted.copies()

@@ -4,9 +4,11 @@ reading and rearranging the HDF5 datasets again.
 
 The copy lives in ``$ELMO_CACHE/converted/<key>/`` (default ``~/.cache/elmo``), where the key is the sha256 of the
 weight file and of the options file together, so an edited file never meets a stale copy. Hashing a weight file of
-hundreds of MB takes a while, so ``index.json`` remembers each file's hash under its path, size and modification
-time. Every write is atomic (a temporary folder renamed into place); ``clear()`` (``elmo cache clear``) deletes the
-converted copies and nothing else. ``ELMO_CONVERT_CACHE=0`` turns the cache off.
+hundreds of MB takes a while, so ``index.json`` remembers each file's hash under its path, size, modification time,
+inode and status change time. The key is taken before the files are read, and a copy is kept only if the files
+still have it afterwards. Every write is atomic (a temporary folder renamed into place); ``clear()`` (``elmo cache
+clear``) deletes the converted copies and nothing else. ``ELMO_CONVERT_CACHE=0`` turns the cache off. A copy is
+trusted as any model in our format is (its header is checked on load, its values are not hashed).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
-from elmo.io.download import cache_dir
+from elmo.io.download import cache_dir, env_switch
 from elmo.io.work_folder import file_sha256
 from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME
 
@@ -32,7 +34,8 @@ INDEX = "index.json"
 
 
 def enabled() -> bool:
-    return os.environ.get("ELMO_CONVERT_CACHE", "1") != "0"
+    """Whether converted copies are kept and read: ``ELMO_CONVERT_CACHE`` on (the default) or off."""
+    return env_switch("ELMO_CONVERT_CACHE", True)
 
 
 def root() -> Path:
@@ -45,24 +48,39 @@ def key(options_file: str | Path, weight_file: str | Path) -> str:
     return hashlib.sha256(both.encode()).hexdigest()
 
 
-def lookup(options_file: str | Path, weight_file: str | Path) -> Path | None:
-    """The converted copy of the pair, if one was made; None otherwise (or when the cache is off, or a file is
-    missing: the loader then says which)."""
+def pair_key(options_file: str | Path, weight_file: str | Path) -> str | None:
+    """The pair's key, taken before its files are read (``store`` keeps a copy only under the key of what was read);
+    None when the cache is off or a file is missing (the loader then says which)."""
     if not enabled() or not (Path(options_file).is_file() and Path(weight_file).is_file()):
         return None
-    folder = root() / key(options_file, weight_file)
+    return key(options_file, weight_file)
+
+
+def lookup(pair: str | None) -> Path | None:
+    """The converted copy of the pair whose key is ``pair`` (``pair_key``), if one was made; None otherwise."""
+    if pair is None:
+        return None
+    folder = root() / pair
     return folder if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() else None
 
 
-def store(options_file: str | Path, weight_file: str | Path, write) -> Path | None:
-    """Write the pair's copy with ``write(folder)`` (our format's saver) into a temporary folder, then rename it into
-    place. A failure (a full disk, a read-only cache) is logged and costs nothing but the next load's speed."""
-    if not enabled():
+def store(pair: str | None, options_file: str | Path, weight_file: str | Path, write) -> Path | None:
+    """Write the copy of the pair read under the key ``pair`` with ``write(folder)`` (our format's saver) into a
+    temporary folder, then rename it into place. Nothing is kept when a file of the pair changed since its key was
+    taken (a copy of what was read would be filed under the new bytes' key). A failure (a full disk, a read-only
+    cache) is logged and costs nothing but the next load's speed."""
+    if pair is None:
         return None
-    target = root() / key(options_file, weight_file)
+    try:
+        if key(options_file, weight_file) != pair:
+            logger.info("%s changed while it was read; no converted copy kept", weight_file)
+            return None
+    except OSError:  # moved or deleted meanwhile
+        return None
+    target = root() / pair
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{target.name[:12]}.", dir=target.parent))
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name[:12]}.", suffix=LEFTOVER_SUFFIX, dir=target.parent))
         try:
             write(work)
             os.replace(work, target)
@@ -78,23 +96,25 @@ def store(options_file: str | Path, weight_file: str | Path, write) -> Path | No
         return None
 
 
-def clear() -> tuple[int, int]:
+def clear() -> tuple[int, int, int]:
     """Delete every converted copy, the leftovers of interrupted writes and the hash index, nothing else; returns
-    (copies, bytes) removed. An ``index.json`` that is not elmo's index (a user's file, a link, a folder) is kept."""
+    (copies, leftovers, bytes) removed. An ``index.json`` that is not elmo's index (a user's file, a link, a
+    folder) is kept."""
     folder = _existing_root()
     if folder is None:
-        return 0, 0
-    copies = size = 0
+        return 0, 0, 0
+    copies = leftovers = size = 0
     for entry in _entries(folder, leftovers=True):
         size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
         shutil.rmtree(entry)
         copies += is_key(entry.name)
+        leftovers += not is_key(entry.name)
     if _read_index(folder / INDEX) is None:
         logger.warning("%s: not elmo's hash index (a file of yours, a link or a folder); left as it is",
                        folder / INDEX)
     else:
         (folder / INDEX).unlink(missing_ok=True)
-    return copies, size
+    return copies, leftovers, size
 
 
 def discard(copy: Path) -> None:
@@ -162,16 +182,22 @@ def is_key(name: str) -> bool:
     return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
+LEFTOVER_SUFFIX = ".tmp"  # a temporary folder of ``store``: "." + the key's first 12 hex digits + "." + mkdtemp's
+_RANDOM = set("abcdefghijklmnopqrstuvwxyz0123456789_")  # 8 random characters + ".tmp"
+
+
 def _is_key_prefix(name: str) -> bool:
-    """A temporary folder of ``store``: "." + 12 hex digits of the key + "." + mkdtemp's suffix."""
-    return len(name) > 14 and name[13] == "." and all(c in "0123456789abcdef" for c in name[1:13])
+    """A temporary folder of ``store``, by its exact pattern (a user's ".0123456789ab.mine" is not one)."""
+    return (len(name) == 26 and name[0] == "." and name[13] == "." and name.endswith(LEFTOVER_SUFFIX)
+            and all(c in "0123456789abcdef" for c in name[1:13]) and set(name[14:22]) <= _RANDOM)
 
 
 def _file_hash(path: Path) -> str:
     """sha256 of a file, remembered under its resolved path, size and modification time (in elmo's ``index.json``;
     an ``index.json`` that is not elmo's is neither replaced nor written through: the hash is computed each time)."""
     stat = path.stat()
-    entry = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    # the inode and the status change time too: `cp -p`, `rsync -a` or a tar keep a new file's size and mtime
+    entry = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
     index_path = root() / INDEX
     index = _read_index(index_path)
     digest = index.get(entry) if index else None

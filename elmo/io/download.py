@@ -14,61 +14,123 @@ import tarfile
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from elmo.errors import ElmoError
-from elmo.io.atomic import atomic_path
+from elmo.errors import ElmoError, UsageError
+from elmo.io.atomic import atomic_path, check_free_space, write_errors
 from elmo.io.work_folder import file_sha256
+from elmo.limits import is_digits
 
 
 class DownloadError(ElmoError, OSError):
     """A download that failed or did not match its checksum (one line, with what to do)."""
 
 
+class HashMismatchError(DownloadError):
+    """A complete download whose sha256 is not the expected one (nothing was kept)."""
+
+
 def cache_dir() -> Path:
     """``$ELMO_CACHE`` (``~`` expanded, made absolute: the cache must not move with the working folder), or
-    ``~/.cache/elmo`` (also when the variable is set but empty)."""
-    return Path(os.environ.get("ELMO_CACHE") or Path.home() / ".cache" / "elmo").expanduser().absolute()
+    ``~/.cache/elmo`` (also when the variable is set but empty or blank: " " would make a folder named " ")."""
+    named = (os.environ.get("ELMO_CACHE") or "").strip()
+    return Path(named or Path.home() / ".cache" / "elmo").expanduser().absolute()
+
+
+ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """An on/off environment variable (``ELMO_CONVERT_CACHE``, ``ELMO_ALLOW_UNPINNED``): 1/true/yes/on or
+    0/false/no/off in any case, ``default`` when unset or empty; any other value is refused in one line, since
+    reading "false" as on (or "true" as off) would do the opposite of what was asked without a word."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ON or value in OFF:
+        return value in ON
+    raise UsageError(f"{name}={os.environ[name]!r}: not a switch; set it to 1 (on) or 0 (off), or unset it")
 
 
 def fetch(url: str, sha256: str | None, name: str | None = None, directory: str | Path | None = None,
-          progress: bool = True, timeout: float = 30.0, verify: bool = True, fresh: bool = False) -> Path:
+          progress: bool = True, timeout: float = 30.0, verify: bool = True, fresh: bool = False,
+          check: Callable[[Path], None] | None = None) -> Path:
     """The verified local copy of ``url``: from the cache if present and intact, otherwise downloaded now. A file
-    already there is replaced only by a complete download (never deleted first: a failed download keeps it).
+    already there is replaced only by a complete download that passed every check (never deleted first: a failed
+    download keeps it); a symbolic link there (a file of the user's, linked into the cache) is read, never written
+    through or replaced.
 
     ``verify=False`` (no pinned hash; the caller records the hash itself) is only for trust-on-first-use;
-    ``fresh``: download even when a file is there (one that was never verified).
+    ``fresh``: download even when a file is there (one that was never verified); ``check(path)``: a further test of
+    the downloaded file (raising a ``DownloadError``), run before it takes the cached file's place.
     """
     if verify and (not sha256 or len(sha256) != 64):
         raise DownloadError(f"{url}: no sha256 pinned, refusing to use an unverified download")
     target = Path(directory or cache_dir()) / (name or url.rstrip("/").rsplit("/", 1)[-1])
     if target.is_file() and not fresh and (not verify or file_sha256(target) == sha256):
         return target
+    if target.is_symlink():
+        raise DownloadError(f"{target}: a symbolic link{_does_not_match(verify, fresh)}; elmo writes no file through "
+                            f"a link in its cache: remove the link (the file it points to stays) to download again")
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_path(target) as tmp:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            digest, received = hashlib.sha256(), 0
-            with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, disable=not progress,
-                                              desc=target.name) as bar:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    out.write(block)
-                    digest.update(block)
-                    received += len(block)
-                    bar.update(len(block))
+            total = _declared_length(response)
+            if total is not None:  # before the first byte: a cache on a small disk, or a size no disk holds
+                check_free_space(target.parent, total, f"downloading {target.name}")
+            digest, received = _receive(response, tmp, target, total, progress)
             if total is not None and received != total:  # the connection closed early
                 raise DownloadError(f"{url}: received {received:,} of {total:,} bytes; the file was not kept: try "
                                     f"again")
-            if verify and digest.hexdigest() != sha256:
-                raise DownloadError(f"{url}: sha256 {digest.hexdigest()} does not match the pinned {sha256}; "
-                                    f"the file was not kept")
+            if verify and digest != sha256:
+                raise HashMismatchError(f"{url}: sha256 {digest} does not match the pinned {sha256}; the file was not "
+                                    f"kept")
+            if check is not None:
+                check(tmp)
+    except urllib.error.HTTPError as err:  # the server answered: no use saying offline
+        raise DownloadError(f"{url}: the server answered {err.code} ({err.reason}); nothing was kept: try again "
+                            f"later, or download it yourself and pass the local files (--options/--weights, or a "
+                            f"folder holding them as --model or --init-from)") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
         reason = getattr(err, "reason", err)
         raise DownloadError(f"{url}: cannot download ({reason}); offline, download it elsewhere and pass the "
                             f"local files (--options/--weights, or a folder holding them as --model or --init-from)"
                             ) from None
     return target
+
+
+def _does_not_match(verify: bool, fresh: bool) -> str:
+    """Why a link in the cache is not used: how ``fetch`` tells the user."""
+    return " whose file does not match the pinned sha256" if verify else " to a file that was never verified"
+
+
+def _declared_length(response) -> int | None:
+    """The response's Content-Length, or None when it gives none, or none that is a number of bytes (a server's
+    "abc" or "-5" says nothing about the body: the hash still checks it)."""
+    length = (response.headers.get("Content-Length") or "").strip()
+    return int(length) if is_digits(length) else None
+
+
+def _receive(response, tmp: Path, target: Path, total: int | None, progress: bool) -> tuple[str, int]:
+    """Stream the body into ``tmp``: (sha256, bytes). A failed write (a full disk) is one line naming ``target``;
+    a network error, raised by the reads outside ``write_errors``, comes through as it is."""
+    digest, received = hashlib.sha256(), 0
+    with write_errors(target, total):
+        out = open(tmp, "wb")
+    try:
+        with tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=target.name) as bar:
+            while block := response.read(1 << 20):
+                with write_errors(target, total):
+                    out.write(block)
+                digest.update(block)
+                received += len(block)
+                bar.update(len(block))
+    finally:
+        with write_errors(target, total):
+            out.close()
+    return digest.hexdigest(), received
 
 
 def safe_extract(archive: str | Path, destination: str | Path) -> list[Path]:

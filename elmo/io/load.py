@@ -30,7 +30,8 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
     engines: exactly what the character CNN gives, only faster for those words."""
     if not files.official:
         return load_model(files.folder, stateful=stateful)
-    copy = converted.lookup(files.config, files.weights)
+    pair = converted.pair_key(files.config, files.weights)  # before any read: the copy is of what is read now
+    copy = converted.lookup(pair)
     bilm = None
     if copy is not None:
         try:
@@ -44,7 +45,7 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
             converted.discard(copy)
     if bilm is None:
         bilm = load_official(files.config, files.weights, stateful=stateful)
-        converted.store(files.config, files.weights, lambda folder: save_model(bilm, folder))
+        converted.store(pair, files.config, files.weights, lambda folder: save_model(bilm, folder))
     if files.cache_words is not None and (words := nlpl.vocab_words(files.cache_words)):
         bilm.cache_words = words  # an inference engine precomputes their token vectors
     return bilm  # NLPL: tokenizer_name None (options.json names none), their text was split at whitespace

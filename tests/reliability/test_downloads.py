@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+from elmo.io.atomic import DiskWriteError
 from elmo.io.download import DownloadError, fetch, safe_extract
 from elmo.pretrained import _fetch_pinned
 
@@ -23,7 +24,7 @@ def test_download_is_verified_cached_and_refetched_when_damaged(server, tmp_path
     (root / "weights.hdf5").unlink()  # served no more: the cache answers
     assert fetch(f"{url}/weights.hdf5", digest, directory=cache, progress=False) == path
     path.write_bytes(b"tampered")
-    with pytest.raises(DownloadError, match="cannot download"):
+    with pytest.raises(DownloadError, match="the server answered 404"):
         fetch(f"{url}/weights.hdf5", digest, directory=cache, progress=False)
     assert path.read_bytes() == b"tampered"  # never used (its hash is wrong), never deleted before a complete download
     (root / "weights.hdf5").write_bytes(b"weights" * 1000)
@@ -105,3 +106,122 @@ def test_a_download_shorter_than_its_content_length_is_not_kept(tmp_path):
         httpd.shutdown()
         httpd.server_close()
     assert not any(tmp_path.iterdir())
+
+
+class _Odd(http.server.BaseHTTPRequestHandler):
+    """Serves BODY with the Content-Length LENGTH says (None: the true one)."""
+
+    BODY, LENGTH = b"weights" * 100, None
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.BODY)) if self.LENGTH is None else self.LENGTH)
+        self.end_headers()
+        self.wfile.write(self.BODY)
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def odd_server(monkeypatch):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}", monkeypatch
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_link_in_the_cache_is_never_written_through(odd_server, tmp_path):
+    """A user's file linked into the cache was replaced by the download (exit 0 when pinned), or by a server's HTML
+    page and then the link deleted (trust on first use): the link and its file are left as they were."""
+    url, _ = odd_server
+    mine = tmp_path / "mine" / "w.hdf5"
+    mine.parent.mkdir()
+    mine.write_bytes(b"my own weights")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "w.hdf5").symlink_to(mine)
+    digest = hashlib.sha256(_Odd.BODY).hexdigest()
+    for kwargs, fragment in [({"sha256": digest}, "does not match the pinned"),
+                             ({"sha256": None, "verify": False, "fresh": True}, "never verified")]:
+        with pytest.raises(DownloadError, match=f"symbolic link.*{fragment}.*remove the link"):
+            fetch(f"{url}/w.hdf5", directory=cache, progress=False, **kwargs)
+        assert mine.read_bytes() == b"my own weights" and (cache / "w.hdf5").is_symlink()
+    mine.write_bytes(_Odd.BODY)  # a link to the right file is read
+    assert fetch(f"{url}/w.hdf5", digest, directory=cache, progress=False).read_bytes() == _Odd.BODY
+    assert sorted(p.name for p in cache.iterdir()) == ["w.hdf5"]
+
+
+def test_a_refused_first_download_leaves_the_cached_file_as_it_was(odd_server, tmp_path):
+    """An unrecorded file in the cache was replaced by an HTML page, which was then deleted: the file was lost."""
+    url, monkeypatch = odd_server
+    monkeypatch.setenv("ELMO_ALLOW_UNPINNED", "1")
+    monkeypatch.setattr(_Odd, "BODY", b"<!DOCTYPE html><html><body>Service unavailable</body></html>\n")
+    (tmp_path / "w.hdf5").write_bytes(b"placed here by hand")
+    with pytest.raises(DownloadError, match="HTML/XML page.*nothing was kept"):
+        _fetch_pinned(f"{url}/w.hdf5", None, tmp_path, progress=False)
+    assert (tmp_path / "w.hdf5").read_bytes() == b"placed here by hand"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.hdf5"]
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", " "])
+def test_a_content_length_that_is_no_number_is_unknown_and_the_hash_decides(odd_server, tmp_path, length):
+    """'abc' was a ValueError traceback; '-5' refused a complete, correct download ("received 700 of -5 bytes")."""
+    url, monkeypatch = odd_server
+    monkeypatch.setattr(_Odd, "LENGTH", length)
+    digest = hashlib.sha256(_Odd.BODY).hexdigest()
+    assert fetch(f"{url}/w.hdf5", digest, directory=tmp_path, progress=False).read_bytes() == _Odd.BODY
+
+
+def test_a_download_larger_than_the_free_space_is_refused_before_it_is_written(odd_server, tmp_path):
+    """A declared 10^15 bytes (or a model larger than the cache's disk) was written until the disk was full, then
+    'No space left on device' naming no file."""
+    url, monkeypatch = odd_server
+    monkeypatch.setattr(_Odd, "LENGTH", str(10**15))
+    with pytest.raises(DiskWriteError, match=r"w\.hdf5 needs about .* free; free some space"):
+        fetch(f"{url}/w.hdf5", "a" * 64, directory=tmp_path / "cache", progress=False)
+    assert not any((tmp_path / "cache").iterdir())
+
+
+def test_a_download_that_disagrees_with_its_first_use_record_names_the_record(odd_server, tmp_path):
+    """It said "does not match the pinned ..." with nothing to do about it; the record is the user's to delete."""
+    url, _ = odd_server
+    (tmp_path / "w.hdf5.sha256").write_text("b" * 64 + "\n")
+    with pytest.raises(DownloadError, match=r"recorded on its first use in .*w\.hdf5\.sha256.*delete that record"):
+        _fetch_pinned(f"{url}/w.hdf5", None, tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.hdf5.sha256"]
+
+
+def test_the_servers_refusal_is_not_called_offline(server, tmp_path):
+    """A 404 or 500 said "offline, download it elsewhere" on a machine that is online."""
+    _, url = server
+    with pytest.raises(DownloadError, match="the server answered 404"):
+        fetch(f"{url}/missing.hdf5", "a" * 64, directory=tmp_path, progress=False)
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("False", False), ("no", False), ("1", True),
+                                       ("yes", True), ("", True)])
+def test_cache_switches_take_the_usual_spellings(monkeypatch, value, on):
+    """ELMO_CONVERT_CACHE=false / off / no left the cache on, and ELMO_ALLOW_UNPINNED=true refused."""
+    from elmo.io import converted
+    monkeypatch.setenv("ELMO_CONVERT_CACHE", value)
+    assert converted.enabled() is on
+
+
+def test_a_cache_switch_of_another_value_is_one_line(monkeypatch, tmp_path):
+    from elmo.errors import UsageError
+    from elmo.io import converted
+    monkeypatch.setenv("ELMO_CONVERT_CACHE", "sometimes")
+    with pytest.raises(UsageError, match="ELMO_CONVERT_CACHE='sometimes': not a switch; set it to 1"):
+        converted.enabled()
+
+
+def test_a_blank_cache_variable_means_the_default_folder(monkeypatch, tmp_path):
+    """ELMO_CACHE=' ' made a folder named ' ' in the working folder."""
+    from elmo.io.download import cache_dir
+    monkeypatch.setenv("ELMO_CACHE", "  ")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / ".cache" / "elmo"
