@@ -156,6 +156,25 @@ def test_nlpl_zip_is_unpacked_once_into_the_cache(source, tmp_path, monkeypatch)
     assert_same(load_bilm(unpacked), source)  # the unpacked folder is a layout of its own
 
 
+def test_an_unpacked_copy_cut_short_is_unpacked_again(source, tmp_path):
+    """A model.hdf5 of the unpacked copy cut short failed every later load ("download it again", which gives the
+    same zip, hence the same broken folder): the copy is checked against the zip's sizes and unpacked again. A user's
+    file put into the folder keeps it from being deleted: one line naming the folder."""
+    archive = zip_folder(nlpl_folder(source, tmp_path / "nlpl"), tmp_path / "209.zip")
+    load_bilm(archive)
+    unpacked = tmp_path / "cache" / "nlpl" / file_sha256(archive)
+    size = (unpacked / nlpl.WEIGHTS_NAME).stat().st_size
+    with open(unpacked / nlpl.WEIGHTS_NAME, "r+b") as f:
+        f.truncate(size // 2)
+    assert_same(load_bilm(archive), source)
+    assert (unpacked / nlpl.WEIGHTS_NAME).stat().st_size == size
+    (unpacked / "my_notes.txt").write_text("mine")
+    (unpacked / nlpl.VOCAB_NAME).unlink()
+    with pytest.raises(ElmoError, match="no longer matches it and holds other things") as err:
+        load_bilm(archive)
+    assert str(unpacked) in str(err.value) and (unpacked / "my_notes.txt").read_text() == "mine"
+
+
 def test_nlpl_zip_with_a_top_folder(source, tmp_path):
     folder = nlpl_folder(source, tmp_path / "nlpl")
     with zipfile.ZipFile(tmp_path / "m.zip", "w") as z:

@@ -4,7 +4,8 @@
 Hundreds of ELMo models for other languages are published this way. A zip is unpacked once into the cache
 directory (``$ELMO_CACHE`` or ``~/.cache/elmo``), under a folder named by the zip's sha256: its members are
 streamed to a temporary folder (never read whole into memory), each checked against the size the zip records
-(a zip bomb stops there), and the folder is renamed into place only when complete. The models were trained on
+(a zip bomb stops there), and the folder is renamed into place only when complete; it is reused while each file
+has the size the zip records (one cut short is unpacked again). The models were trained on
 whitespace-tokenised text, so no tokenizer is attached.
 """
 
@@ -69,11 +70,11 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
     archive = Path(archive)
     root = cache_dir() / "nlpl"
     target = root / file_sha256(archive)
-    if is_nlpl_folder(target):
-        return target
     try:
         with zipfile.ZipFile(archive) as z:
             members = _members(archive, z)
+            if is_nlpl_folder(target) and _unpacked_whole(target, members):
+                return target
             _check_sizes(archive, members.values(), root)
             root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name[:16]}.", suffix=".tmp", dir=root))
@@ -81,8 +82,8 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
                 for name, info in members.items():
                     _extract(archive, z, info, tmp / name)
                 _check_unpacked(archive, tmp)  # a damaged model is refused naming the zip, and nothing is kept
-                if target.exists() and not is_nlpl_folder(target):
-                    shutil.rmtree(target)  # left incomplete by hand (a file deleted): unpack afresh
+                if target.exists():  # ours, but a file was deleted or cut short since: unpacked afresh
+                    _remove_unpacked(target)
                 try:
                     os.rename(tmp, target)
                 except OSError:  # another process finished first (a complete folder is only ever renamed in)
@@ -96,6 +97,26 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
         raise ModelFileError(f"{archive}: cannot unpack ({err}); unzip it yourself and give the folder") from None
     log.info("unpacked %s into %s", archive, target)
     return target
+
+
+def _unpacked_whole(folder: Path, members: dict[str, zipfile.ZipInfo]) -> bool:
+    """Whether every member is in ``folder`` at the size the zip records (a file cut short or deleted since the
+    zip was unpacked would otherwise fail every load, the same zip always leading to the same folder)."""
+    for name, info in members.items():
+        path = folder / name
+        if path.is_symlink() or not path.is_file() or path.stat().st_size != info.file_size:
+            return False
+    return True
+
+
+def _remove_unpacked(folder: Path) -> None:
+    """Remove an unpacked folder that no longer matches its zip, if it holds nothing but a zip's members; a folder
+    holding anything else is the user's now: one line naming it, nothing deleted."""
+    entries = list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else None
+    if entries is None or any(p.name not in MEMBERS or p.is_symlink() or not p.is_file() for p in entries):
+        raise ModelFileError(f"{folder}: the unpacked copy of this zip no longer matches it and holds other things; "
+                             f"move what is yours out of it and delete the folder to unpack the zip again")
+    shutil.rmtree(folder)
 
 
 def _check_unpacked(archive: Path, folder: Path) -> None:
