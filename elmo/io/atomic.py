@@ -6,6 +6,7 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -46,6 +47,37 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+STALE_SECONDS = 3600  # a temporary file or folder untouched this long belongs to a process that is gone
+_RANDOM_NAME = set("abcdefghijklmnopqrstuvwxyz0123456789_")  # the 8 characters tempfile puts in its names
+
+
+def remove_stale_temporaries(folder: str | Path, prefix: str) -> int:
+    """Remove what killed writers left in ``folder`` (SIGKILL or a power cut give no chance to clean up): names of
+    exactly ``prefix`` + tempfile's 8 random characters + ".tmp", plain files or folders (not links), untouched
+    for ``STALE_SECONDS`` (a running write keeps touching them). Returns how many were removed."""
+    folder, removed = Path(folder), 0
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return 0
+    now = time.time()
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".tmp") and len(name) == len(prefix) + 12
+                and set(name[len(prefix) : len(prefix) + 8]) <= _RANDOM_NAME) or entry.is_symlink():
+            continue
+        try:
+            touched = max([entry.stat().st_mtime] + [p.stat().st_mtime for p in entry.rglob("*")]
+                          if entry.is_dir() else [entry.stat().st_mtime])
+            if now - touched < STALE_SECONDS:
+                continue
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            removed += 1
+        except OSError:  # gone meanwhile, or not ours to remove: left
+            continue
+    return removed
 
 
 @contextmanager

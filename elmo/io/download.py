@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import atomic_path, check_free_space, write_errors
+from elmo.io.atomic import atomic_path, check_free_space, remove_stale_temporaries, write_errors
 from elmo.io.work_folder import file_sha256
 from elmo.limits import is_digits
 
@@ -75,6 +75,7 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
     if target.is_symlink():
         raise DownloadError(f"{target}: a symbolic link{_does_not_match(verify, fresh)}; elmo writes no file through "
                             f"a link in its cache: remove the link (the file it points to stays) to download again")
+    remove_stale_temporaries(target.parent, f".{target.name}.")  # an earlier download of it killed midway
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_path(target) as tmp:
             total = _declared_length(response)

@@ -22,6 +22,7 @@ from itertools import islice
 from pathlib import Path
 
 from elmo.config import ConfigError, ElmoConfig
+from elmo.io.atomic import remove_stale_temporaries
 from elmo.io.download import cache_dir
 from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import HDF5_KIND, describe_file
@@ -77,6 +78,7 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
                 return target
             _check_sizes(archive, members.values(), root)
             root.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(root, f".{target.name[:16]}.")  # an earlier unpacking of it killed midway
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name[:16]}.", suffix=".tmp", dir=root))
             try:
                 for name, info in members.items():

@@ -225,3 +225,25 @@ def test_a_blank_cache_variable_means_the_default_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("ELMO_CACHE", "  ")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert cache_dir() == tmp_path / ".cache" / "elmo"
+
+
+def test_a_download_killed_midway_leaves_nothing_for_good(odd_server, tmp_path):
+    """A download killed by SIGKILL left its temporary file (up to the whole model) for ever; the next download of
+    the same file removes it once it is an hour old. A fresh one (a download running now), a user's file of a
+    similar name and a link are left."""
+    import os
+    import time
+
+    url, _ = odd_server
+    old = tmp_path / ".w.hdf5.k3j4h5g6.tmp"  # atomic_path's name for w.hdf5
+    old.write_bytes(b"half a model")
+    hour_ago = time.time() - 3700
+    os.utime(old, (hour_ago, hour_ago))
+    running = tmp_path / ".w.hdf5.abcdefgh.tmp"
+    running.write_bytes(b"being written")
+    mine = tmp_path / ".w.hdf5.my-notes.tmp"
+    mine.write_text("mine")
+    os.utime(mine, (hour_ago, hour_ago))
+    digest = hashlib.sha256(_Odd.BODY).hexdigest()
+    fetch(f"{url}/w.hdf5", digest, directory=tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, mine.name, "w.hdf5"])
