@@ -244,8 +244,14 @@ class Embedder:
         with tempfile.TemporaryDirectory() as folder:
             copy = Path(folder) / "input.txt"
             mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
-            with open(copy, mode, encoding=encoding) as out:
-                shutil.copyfileobj(input_file, out)
+            try:
+                with open(copy, mode, encoding=encoding) as out:
+                    shutil.copyfileobj(input_file, out)
+            except UnicodeEncodeError as err:  # a lone surrogate: text decoded with errors="surrogateescape"
+                raise UsageError(f"{getattr(input_file, 'name', 'the open file')}: holds "
+                                 f"{err.object[err.start:err.end]!r}, a lone surrogate, not text UTF-8 can hold "
+                                 f"(bytes decoded with errors='surrogateescape'?); open it as UTF-8, or in binary "
+                                 f"mode and pass errors='replace'") from None
             try:
                 return write(copy, resumable=False)
             except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)

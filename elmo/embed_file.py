@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Union
 
@@ -28,7 +27,8 @@ from tqdm.auto import tqdm
 
 from elmo.batching import length_batches, run_batch
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import check_free_space, new_folders, path_argument, same_file, writable_file
+from elmo.io.atomic import (check_free_space, new_folders, path_argument, refuse_model_file, same_file,
+                             writable_file)
 from elmo.io.lock import lock_beside
 from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
 from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
@@ -45,6 +45,8 @@ OutputLayers = Literal["all", "top", "average"]
 OUTPUT_LAYERS = ("all", "top", "average")  # what an embedding file holds (a layer index or a mix: use Embedder)
 Tokenize = Union[str, Callable[[str], list[str]], None]
 MAX_TOKENS_PER_BATCH = 8192  # deterministic mode: rows x longest row per batch (a longer line runs alone)
+CHUNK_BYTES = 256 << 20  # deterministic mode: a chunk's vectors (held until its part is written) stay under this
+MAX_CHUNK_LINES = 16 * MAX_BATCH_SIZE  # ``chunk_size``'s upper bound
 
 
 class InputFileError(ElmoError, ValueError):
@@ -81,17 +83,23 @@ def read_lines(path: str | Path, errors: str = "strict",
         raise InputFileError(str(err)) from None
 
 
-def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, non_finite: str,
-                     errors: str) -> Path:
+def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, chunk_size: int | None,
+                     non_finite: str, errors: str, model_files: tuple[Path, ...]) -> Path:
     """``embed_file``'s arguments, each refused in one line before anything is read or written; returns the file
-    to write (``_check_paths``)."""
+    to write (``_check_paths``), which is none of the model's files (``BiLM.source_files``)."""
     if not is_whole(batch_size, 1, MAX_BATCH_SIZE):
         raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
+    if chunk_size is not None and not is_whole(chunk_size, 1, MAX_CHUNK_LINES):
+        raise UsageError(f"chunk_size must be a whole number in [1, {MAX_CHUNK_LINES:,}] or None, got {chunk_size!r}")
+    if isinstance(output_path, str) and output_path.endswith(("/", os.sep)):  # Path() would drop the slash
+        raise UsageError(f"{output_path}: ends with a slash, a folder's name; give the output file's name")
     if non_finite not in ("error", "warn"):
         raise UsageError(f"non_finite must be 'error' or 'warn', got {non_finite!r}")
     check_errors(errors)
-    return _check_paths(path_argument(input_path, "embed_file: the input"),
-                        path_argument(output_path, "embed_file: the output"))
+    target = _check_paths(path_argument(input_path, "embed_file: the input"),
+                          path_argument(output_path, "embed_file: the output"))
+    refuse_model_file(target, model_files)
+    return target
 
 
 def check_errors(errors: object) -> None:
@@ -154,23 +162,26 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    output_path = _check_arguments(input_path, output_path, batch_size, non_finite, errors)  # a link: its target
+    output_path = _check_arguments(input_path, output_path, batch_size, chunk_size, non_finite, errors,
+                                   bilm.source_files)  # a link: its target
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)
+        if use_sentence_keys:  # a sentence that cannot be a key fails now, not after the chunks before it
+            _check_keys(input_path, errors, str(output_path).lower().endswith(".npz"))
         engine = model if isinstance(model, InferenceEngine) else InferenceEngine.build(bilm, device=device)
         sha256 = weights_sha256(bilm)
         record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
-        if engine.stateful:
-            chunk_size = batch_size  # one batch per chunk, in file order
-        chunk_size = chunk_size or max(batch_size * 16, 1024)
+        chunk_size, chunk_tokens = _chunking(engine, layers, batch_size, chunk_size)
         _check_space(output_path, scan, bilm, layers, resume)
         # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
         fingerprint = _run_fingerprint(engine, input_path, scan, layers, batch_size, use_sentence_keys, errors, sha256)
         parts = PartStore(Path(str(output_path) + ".parts"), fingerprint | {
-            "tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": engine.precision}, resume)
+            "tokenizer": tokenizer_name, "chunk_size": chunk_size, "chunk_tokens": chunk_tokens,
+            "precision": engine.precision}, resume)
         try:
-            index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, chunk_size, scan.lines,
+            index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, (chunk_size, chunk_tokens),
+                                              scan.lines,
                                               layers, batch_size, use_sentence_keys, progress, non_finite,
                                               keep_index=not (forget_sentences or use_sentence_keys))
         except BaseException as err:  # an error, or an interrupt (which even --quiet is told how to continue)
@@ -185,7 +196,8 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
 
 
 def _embed_into_parts(engine: InferenceEngine, parts: PartStore, input_path: str | Path, errors: str,
-                      split: Callable[[str], list[str]] | None, chunk_size: int, total: int, layers: OutputLayers,
+                      split: Callable[[str], list[str]] | None, chunking: tuple[int, int | None], total: int,
+                      layers: OutputLayers,
                       batch_size: int, use_sentence_keys: bool, progress: bool,
                       non_finite: str, keep_index: bool) -> tuple[dict[str, str], int]:
     """Every chunk not finished by an earlier run, embedded into its part; (the sentence-to-index map, chunks)."""
@@ -197,7 +209,7 @@ def _embed_into_parts(engine: InferenceEngine, parts: PartStore, input_path: str
     lines = read_lines(input_path, errors, split)
     with tqdm(total=total, unit="sent", disable=not progress, desc="embed") as bar:
         number = 0
-        while chunk := list(islice(lines, chunk_size)):
+        for chunk in _chunks(lines, *chunking):
             keys = [_dataset_key(line, use_sentence_keys, seen_keys, input_path, npz) for line in chunk]
             if keep_index:
                 for line, key in zip(chunk, keys):
@@ -209,6 +221,44 @@ def _embed_into_parts(engine: InferenceEngine, parts: PartStore, input_path: str
             number += 1
             bar.update(len(chunk))
     return sentence_to_index, number
+
+
+def _check_keys(input_path: str | Path, errors: str, npz: bool) -> None:
+    """Every line as a dataset name (``--use-sentence-keys``), checked in one pass before any work: a duplicate or
+    an unusable sentence near the end of a long file would otherwise stop the run there, and no resume could pass
+    it."""
+    seen: set[str] = set()
+    for number, text in numbered_lines(input_path, errors, MAX_LINE_BYTES):
+        _dataset_key(Line(number - 1, text.strip(), []), True, seen, input_path, npz)
+
+
+def _chunking(engine: InferenceEngine, layers: OutputLayers, batch_size: int,
+              chunk_size: int | None) -> tuple[int, int | None]:
+    """(lines, tokens) a chunk holds at most. Stateful: one batch in file order. Otherwise ``chunk_size`` lines
+    (default 16 batches, at least 1,024) and CHUNK_BYTES of vectors, held until the chunk's part is written."""
+    if engine.stateful:
+        return batch_size, None
+    return chunk_size or max(batch_size * 16, 1024), max(1, CHUNK_BYTES // _bytes_per_token(engine.bilm, layers))
+
+
+def _chunks(lines: Iterator[Line], max_lines: int, max_tokens: int | None) -> Iterator[list[Line]]:
+    """The lines in chunks of at most ``max_lines`` lines and (but for a single longer line) ``max_tokens`` tokens:
+    the same chunks for the same input and settings, as a resumed run needs."""
+    chunk: list[Line] = []
+    tokens = 0
+    for line in lines:
+        if chunk and (len(chunk) == max_lines or (max_tokens is not None and tokens + len(line.tokens) > max_tokens)):
+            yield chunk
+            chunk, tokens = [], 0
+        chunk.append(line)
+        tokens += len(line.tokens)
+    if chunk:
+        yield chunk
+
+
+def _bytes_per_token(bilm: BiLM, layers: OutputLayers) -> int:
+    """Bytes of float32 vectors a token adds to the output: every layer's, or one."""
+    return (bilm.config.n_output_layers if layers == "all" else 1) * bilm.config.output_dim * 4
 
 
 def _scan_input(input_path: str | Path, errors: str) -> TextScan:
@@ -231,8 +281,7 @@ def _scan_input(input_path: str | Path, errors: str) -> TextScan:
 
 def _check_space(output_path: str | Path, scan: TextScan, bilm: BiLM, layers: OutputLayers, resume: bool) -> None:
     """Refuse a run the disk cannot hold: the parts and then the merged file, each about the vectors' size."""
-    n_layers = bilm.config.n_output_layers if layers == "all" else 1
-    vectors = scan.tokens * n_layers * bilm.config.output_dim * 4 + scan.lines * LINE_OVERHEAD + FILE_OVERHEAD
+    vectors = scan.tokens * _bytes_per_token(bilm, layers) + scan.lines * LINE_OVERHEAD + FILE_OVERHEAD
     parts = Path(str(output_path) + ".parts")
     done = sum(p.stat().st_size for p in parts.glob("part-*.h5")) if resume and parts.is_dir() else 0
     check_free_space(output_path, max(2 * vectors - done, 0),
@@ -258,6 +307,8 @@ def _check_paths(input_path: Path, output_path: Path) -> Path:
     Returns the file to write: the output itself, or the file a symbolic link names, so that the merge's rename
     replaces that file and keeps the link (renaming onto the link's name would put a file in the link's place and
     leave its target as it was), and the parts, the lock and the merged file lie beside it, on its file system."""
+    if input_path.is_dir():
+        raise InputFileError(f"{input_path}: is a folder; give a text file, one sentence per line")
     if input_path.exists() and not input_path.is_file():
         raise InputFileError(f"{input_path}: not a regular file (a pipe or device?); the input is read twice (to "
                              f"check it, then to embed it): save it to a file first")

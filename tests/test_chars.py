@@ -1,5 +1,6 @@
 import tracemalloc
 
+import pytest
 import torch
 
 from elmo.data.chars import (BOS_IDS, EOS_IDS, add_sentence_boundaries, batch_to_ids, word_to_char_bytes,
@@ -25,8 +26,15 @@ def test_utf8_bytes_and_truncation_inside_a_character():
     assert ids[1:49] == tuple(b + 1 for b in odd.encode()[:48]) and ids[49] == 260
 
 
-def test_lone_surrogates_are_dropped():
-    assert word_to_char_ids("a\ud800b") == word_to_char_ids("ab")
+def test_lone_surrogates_are_refused_not_dropped():
+    """AllenNLP drops what UTF-8 cannot encode: "caf\\udce9" (Latin-1 bytes read with surrogateescape) was
+    embedded as "caf" without a word."""
+    from elmo.errors import UsageError
+
+    with pytest.raises(UsageError, match="lone surrogate"):
+        word_to_char_ids("a\ud800b")
+    with pytest.raises(UsageError, match="lone surrogate"):
+        batch_to_ids([["fine", "caf\udce9"]])
 
 
 def test_batch_to_ids_pads_with_zero_slots():

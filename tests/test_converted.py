@@ -133,6 +133,23 @@ def test_cache_clear_removes_only_its_own_unfinished_copies_and_says_so(cache, t
     assert (mine / "config.json").read_text() == '{"mine": 1}' and not leftover.exists()
 
 
+def test_a_copy_that_cannot_be_written_for_a_file_size_limit_still_loads(cache, tmp_path, monkeypatch, caplog):
+    """safetensors reports a refused write as its own error ("I/O error: File too large (os error 27)"): the first
+    load of an official pair under a file size limit was that traceback, where a failed copy costs only speed."""
+    from safetensors import SafetensorError
+
+    import elmo.io.native as native
+
+    def refused(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+
+    monkeypatch.setattr(native, "save_file", refused)
+    options, weights = _pair(tmp_path / "official")
+    with caplog.at_level(logging.WARNING):
+        model = load_bilm(options=options, weights=weights)
+    assert model.tokenizer_name == "en" and "could not keep a converted copy" in caplog.text
+
+
 def test_an_unwritable_cache_still_loads(tmp_path, monkeypatch, caplog):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder would be")

@@ -59,11 +59,11 @@ def _model_files(folder: Path) -> list[Path]:
         files = resolve_path(folder)
     except (ElmoError, OSError):  # not a model (or unreadable): the command itself says so
         return []
-    loaded = [f for f in (files.config, files.weights, files.softmax, files.vocab, files.cache_words) if f is not None]
+    loaded = list(files.paths())
     checkpoints = [folder] if is_checkpoint(folder) else list_checkpoints(folder)
     owned = [folder / name for name in _OWNED_NAMES]
     owned += [checkpoint / name for checkpoint in checkpoints for name in CHECKPOINT_FILES]
-    return [f for f in loaded + owned if f.is_file()]
+    return loaded + [f for f in owned if f.is_file()]
 
 
 def check_outputs(args: argparse.Namespace, command: str) -> None:
@@ -76,6 +76,8 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
         output = getattr(args, dest, None)
         if not isinstance(output, str) or output == STDIO:
             continue
+        if folder_names is None and output.endswith("/"):  # Path() drops the slash: a file would be written
+            raise CommandLineError(f"{output}: ends with a slash, a folder's name; give the output file's name")
         if folder_names is None and not Path(output).is_dir():  # a file output: no device or pipe (a folder: below)
             try:
                 writable_file(output)

@@ -42,14 +42,21 @@ def _special_row(char: int, width: int) -> tuple[int, ...]:
 def word_to_char_ids(word: str, width: int = MAX_CHARS) -> tuple[int, ...]:
     """The ``width`` shifted character ids (1..261) of one token.
 
-    ``<S>`` and ``</S>`` get the sentence-boundary rows. Characters UTF-8 cannot encode (lone surrogates) are
-    dropped; only the first ``width - 2`` bytes are kept, even if that cuts a multi-byte character.
+    ``<S>`` and ``</S>`` get the sentence-boundary rows. A word holding what UTF-8 cannot encode (a lone surrogate,
+    from bytes decoded with ``errors="surrogateescape"``) is refused: AllenNLP drops such characters, which would
+    embed another word than the one given. Only the first ``width - 2`` bytes are kept, even if that cuts a
+    multi-byte character.
     """
     if word == BOS_TOKEN:
         return _special_row(BOS_CHAR, width)
     if word == EOS_TOKEN:
         return _special_row(EOS_CHAR, width)
-    data = word.encode("utf-8", errors="ignore")[: width - 2]
+    try:
+        data = word.encode("utf-8")[: width - 2]
+    except UnicodeEncodeError as err:
+        raise UsageError(f"the token {word[:60]!r} holds {word[err.start:err.end]!r}, a lone surrogate, not text "
+                         f"UTF-8 can hold (bytes decoded with errors='surrogateescape', os.fsdecode or sys.argv?); "
+                         f"decode the bytes as UTF-8 (errors='replace' marks bad ones with U+FFFD)") from None
     raw = (BOW_CHAR, *data, EOW_CHAR) + (PAD_CHAR,) * (width - 2 - len(data))
     return tuple(_SHIFTED[c] for c in raw)
 

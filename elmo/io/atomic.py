@@ -9,7 +9,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from elmo.errors import ElmoError, InputTypeError, UsageError
 
@@ -241,6 +241,29 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return False
 
 
+def sync_folder(folder: str | Path) -> None:
+    """Flush a folder's entries to disk (a rename into it survives a power cut), where the system allows it."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def refuse_model_file(output: str | Path, model_files: Iterable[Path]) -> None:
+    """A ``UsageError`` when ``output`` is (or links to) one of the files a model was loaded from
+    (``BiLM.source_files``): writing would replace the model being used, as the command line refuses."""
+    for file in model_files:
+        if same_file(output, file):
+            raise UsageError(f"{output}: is {file}, a file of the model in use; writing would replace it: give "
+                             f"another output")
+
+
 def new_file_mode() -> int:
     """0o666 minus the process umask."""
     return 0o666 & ~_umask()
@@ -294,7 +317,9 @@ def write_errors(path: str | Path, needed: int | None = None) -> Iterator[None]:
     except DiskWriteError:
         raise
     except Exception as err:
-        if not (isinstance(err, OSError) or is_disk_full(err)):
+        # a library's own error type for a failed write (safetensors: "I/O error: File too large (os error 27)")
+        io_failure = any(sign in str(err).lower() for sign in ("i/o error", "(os error "))
+        if not (isinstance(err, OSError) or is_disk_full(err) or io_failure):
             raise
         if is_disk_full(err):
             need = f"about {size_text(needed)} needed, " if needed else ""

@@ -29,7 +29,9 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
     time (``elmo.io.converted``). An NLPL model's vocabulary, if any, seeds the token cache of its inference
     engines: exactly what the character CNN gives, only faster for those words."""
     if not files.official:
-        return load_model(files.folder, stateful=stateful)
+        bilm = load_model(files.folder, stateful=stateful)
+        bilm.source_files = files.paths()
+        return bilm
     pair = converted.pair_key(files.config, files.weights)  # before any read: the copy is of what is read now
     copy = converted.lookup(pair)
     bilm = None
@@ -43,9 +45,11 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
             else:  # cleared (`elmo cache clear`) while this process loaded it
                 logger.info("the converted copy of %s is gone; converting the official files again", files.weights)
             converted.discard(copy)
+    read = tuple(copy / name for name in converted.COPY_FILES) if bilm is not None else ()  # the copy it came from
     if bilm is None:
         bilm = load_official(files.config, files.weights, stateful=stateful)
         converted.store(pair, files.config, files.weights, lambda folder: save_model(bilm, folder))
     if files.cache_words is not None and (words := nlpl.vocab_words(files.cache_words)):
         bilm.cache_words = words  # an inference engine precomputes their token vectors
+    bilm.source_files = files.paths() + read
     return bilm  # NLPL: tokenizer_name None (options.json names none), their text was split at whitespace

@@ -33,6 +33,11 @@ class ModelFiles:
     def folder(self) -> Path:
         return self.weights.parent
 
+    def paths(self) -> tuple[Path, ...]:
+        """Every file of the model that is there: what a command must never write over."""
+        named = (self.config, self.weights, self.softmax, self.vocab, self.cache_words)
+        return tuple(path for path in named if path is not None and path.is_file())
+
     @property
     def tokenizer(self) -> str | None:
         """The tokenizer name ("en", "ko" ...) the config records, read as the loaders read it, without loading the

@@ -12,15 +12,16 @@ import io
 import json
 import os
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import h5py
 import numpy as np
 import torch
 
 from elmo.errors import ElmoError
-from elmo.io.atomic import check_free_space, new_file_mode, write_errors
+from elmo.io.atomic import check_free_space, new_file_mode, sync_folder, write_errors
 from elmo.io.work_folder import WorkFolder
 
 META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
@@ -147,6 +148,7 @@ class PartStore:
                 os.chmod(tmp, Path(output_path).stat().st_mode & 0o7777 if Path(output_path).exists()
                          else new_file_mode())
                 os.replace(tmp, output_path)
+                sync_folder(Path(output_path).parent)  # the rename on disk before the parts are deleted
         finally:
             tmp.unlink(missing_ok=True)
         self.folder.remove()
@@ -173,9 +175,20 @@ class PartStore:
                     yield key, part["data"][str(i)][()]
 
 
+@contextmanager
+def _durable(path: Path) -> Iterator[BinaryIO]:
+    """``path`` opened for writing through Python, flushed and synced to disk when the block ends: a failed write
+    (a full disk, a file size limit) is an ``OSError`` here, where libhdf5 writing on its own could crash the
+    process, and the merged file is on disk before the parts it replaces are deleted."""
+    with open(path, "w+b") as raw:
+        yield raw
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
 def _write_hdf5(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json: str | None,
                 attributes: dict[str, str]) -> None:
-    with h5py.File(path, "w") as out:
+    with _durable(path) as raw, h5py.File(raw, "w") as out:
         out.attrs.update(attributes)
         for key, array in arrays:
             out.create_dataset(key, data=array)
@@ -188,7 +201,7 @@ def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json:
                attributes: dict[str, str]) -> None:
     """What ``np.savez`` writes, one array at a time (np.savez needs them all in memory at once); ``attributes``
     as JSON in a 0-d string array ``__meta__`` (an archive has no attributes)."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+    with _durable(path) as raw, zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for key, array in arrays:
             with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)

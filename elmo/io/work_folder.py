@@ -28,7 +28,10 @@ MANIFEST = "manifest.json"
 OWNER = "elmo"
 PIECE = re.compile(r"part-\d{8}\.h5")  # the names elmo gives the pieces of its work
 RECORD = ".record.json"  # a piece's record: NAME.record.json
-TEMPORARY = re.compile(r"\..+\.tmp")  # the names of elmo's temporary files in its folders
+# the names of elmo's temporary files in its folders: a piece, the merged output or the manifest being written
+# (``.NAME.tmp``), or ``atomic_path``'s ``.NAME.XXXXXXXX.tmp`` of the manifest or a record; a user's ".notes.tmp" is
+# none of them
+TEMPORARY = re.compile(r"\.(part-\d{8}\.h5(\.record\.json)?|manifest\.json|merged)(\.[a-z0-9_]{8})?\.tmp")
 
 
 class WorkFolderError(ElmoError, ValueError):

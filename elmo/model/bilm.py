@@ -12,6 +12,7 @@ Two run modes:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
@@ -70,6 +71,8 @@ class BiLM(nn.Module):
         self.tokenizer_name: str | None = None
         # words whose token vectors an inference engine precomputes by default (an NLPL model's vocabulary); None
         self.cache_words: list[str] | None = None
+        # the files the loader read the weights from (none for a model made in memory): no output may replace one
+        self.source_files: tuple[Path, ...] = ()
 
     @classmethod
     def from_config(cls, config: ElmoConfig, stateful: bool = False) -> "BiLM":

@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path, check_free_space, new_file_mode
+from elmo.io.atomic import atomic_path, check_free_space, new_file_mode, sync_folder
 from elmo.io.checkpoint import PREFIX, is_checkpoint, list_checkpoints, resolve_checkpoint
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
@@ -110,14 +110,14 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
             _write_json(tmp / "optimizer.json", opt_plain)
         _save_tensors(tensors, tmp / "state.safetensors")
         _write_json(tmp / "trainer.json", {"step": step, **trainer})
-        _fsync_dir(tmp)
+        sync_folder(tmp)
         if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours
             if not is_checkpoint(final):
                 raise ModelFileError(f"{final}: exists and is not a checkpoint of elmo's (no trainer.json); not "
                                      f"replaced: move it away and resume from the last checkpoint")
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(run)
+        sync_folder(run)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -211,14 +211,3 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
 
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

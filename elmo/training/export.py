@@ -10,7 +10,8 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import read_words
 from elmo.errors import InputTypeError, UsageError
-from elmo.io.atomic import (atomic_folder, atomic_path, check_free_space, check_replaceable_folder, same_file,
+from elmo.io.atomic import (atomic_folder, atomic_path, check_free_space, check_replaceable_folder,
+                             refuse_model_file, same_file,
                              writable_file, write_errors)
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
@@ -57,6 +58,7 @@ def dump_token_embeddings(bilm: BiLM, vocab_file: str | Path, out_file: str | Pa
                          f"give another output file")
     if not isinstance(bilm, BiLM):
         raise InputTypeError(f"dump_token_embeddings takes a BiLM, got {type(bilm).__name__}")
+    refuse_model_file(out_file, bilm.source_files)
     words = read_words(vocab_file)
     vectors = token_embeddings(bilm, words).float().numpy()  # (V, P)
     check_free_space(out_file, vectors.nbytes + (1 << 20), f"{len(words):,} token vectors")

@@ -1,6 +1,7 @@
 """The table of bad inputs (docs/reliability.md): each gives a correct result or one clear error line."""
 
 import json
+import os
 
 import h5py
 import numpy as np
@@ -168,7 +169,11 @@ def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
 
 
 def test_input_that_is_not_a_regular_file_gets_one_line(tmp_path, capsys):
+    """A folder was called "not a regular file (a pipe or device?)"."""
     rc = main(["embed", str(tmp_path), str(tmp_path / "out.hdf5"), "--top", "--quiet", *MODEL])
+    assert rc == 1 and "is a folder; give a text file" in capsys.readouterr().err
+    os.mkfifo(tmp_path / "pipe")
+    rc = main(["embed", str(tmp_path / "pipe"), str(tmp_path / "out.hdf5"), "--top", "--quiet", *MODEL])
     assert rc == 1 and "not a regular file" in capsys.readouterr().err
 
 
@@ -280,3 +285,37 @@ def test_a_users_folder_named_like_a_checkpoint_is_refused_untouched(tmp_path, c
     err = capsys.readouterr().err
     assert rc in (1, 2) and "step-00000001" in err and "Traceback" not in err
     assert (mine / "mine.txt").read_text() == "notes"
+
+
+def test_sentence_keys_are_checked_before_any_work(tmp_path, monkeypatch):
+    """A duplicate sentence near the end (line 150 of 150) was found only in its chunk, after the chunks before it
+    were embedded, and the message said --resume would continue (it failed the same way every time)."""
+    import elmo.embed_file as embed_file_module
+    from elmo.embed_file import InputFileError, embed_file
+    from elmo.io.official import load_official
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    lines = [f"sentence number {i}" for i in range(149)] + ["sentence number 3"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", lambda *a, **k: pytest.fail("embedded before the check"))
+    with pytest.raises(InputFileError, match=r"in\.txt, line 150: duplicate sentence"):
+        embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", use_sentence_keys=True,
+                   chunk_size=2, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+@pytest.mark.parametrize("kwargs, fragment", [({"chunk_size": -1}, "chunk_size"), ({"chunk_size": 2.5}, "chunk_size"),
+                                              ({"chunk_size": True}, "chunk_size"),
+                                              ({"output": "out.npz/"}, "ends with a slash")])
+def test_embed_file_arguments_are_checked(tmp_path, kwargs, fragment):
+    """chunk_size -1 or 2.5 was islice's ValueError, True a chunk of one line; "out.npz/" wrote a file "out.npz"."""
+    from elmo.embed_file import embed_file
+    from elmo.errors import UsageError
+    from elmo.io.official import load_official
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    output = f"{tmp_path}/{kwargs.pop('output', 'out.hdf5')}"  # a str: Path() would drop a trailing slash
+    with pytest.raises(UsageError, match=fragment):
+        embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", output, progress=False, **kwargs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

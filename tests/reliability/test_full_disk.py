@@ -232,3 +232,27 @@ def test_dump_token_embeddings_onto_a_small_file_system_is_one_line(tmp_path):
     """, mb=1)
     assert result["rc"] == 1 and result["left"] == []
     one_error_line(result["err"], "tokens.hdf5: 5,003 token vectors needs about", "free")
+
+
+def test_a_write_refused_during_the_merge_is_one_line_and_the_parts_stay(tmp_path):
+    """The merged HDF5 was written by libhdf5 itself: a write refused under it (a file size limit here; a disk
+    filled by another process after the space check) crashed the process (exit 139, ~1,800 lines of errors), left
+    the parts and the lock. It goes through Python now: one line, exit 1, the parts kept for --resume."""
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    words = ["the", "bank", "closed", "river", "money", "a", "it", "he"]
+    (tmp_path / "in.txt").write_text("\n".join(" ".join(words[(i + j) % 8] for j in range(3 + i % 5))
+                                               for i in range(200)) + "\n", encoding="utf-8")
+    script = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_FSIZE, (400 * 1024, 400 * 1024))  # parts fit, the merged file does not
+        from elmo.cli import main
+        sys.exit(main(["embed", "in.txt", "out.hdf5", "--all", "--stateful", "--batch-size", "7", "--quiet",
+                       "--options", {str(OPTIONS)!r}, "--weights", {str(WEIGHTS)!r}]))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "ELMO_CONVERT_CACHE": "0"})
+    assert run.returncode == 1, (run.returncode, run.stderr[-500:])
+    one_error_line(run.stderr, "out.hdf5: cannot write", "File too large")
+    assert not (tmp_path / "out.hdf5").exists() and (tmp_path / "out.hdf5.parts").is_dir()
+    assert not [p for p in (tmp_path / "out.hdf5.parts").iterdir() if p.name.endswith(".tmp")]

@@ -141,3 +141,36 @@ def test_a_recursive_glob_does_not_hide_an_input(tmp_path, capsys):
     assert rc == 2
     one_error_line(err, "would overwrite")
     assert (tmp_path / "data" / "keep.txt").read_bytes() == before
+
+
+def test_the_python_api_never_writes_over_the_models_own_files(tmp_path):
+    """`Embedder.embed_file(IN, "model/model.safetensors")` (or the official weights, or a converted copy) wrote the
+    embeddings over the model in use and returned the count: the model no longer loaded. The command line already
+    refused it; the API now does, as does `dump_token_embeddings`."""
+    import hashlib
+    import shutil
+
+    from elmo import Embedder
+    from elmo.errors import UsageError
+    from elmo.io.native import save_model
+    from elmo.training.export import dump_token_embeddings
+    from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config
+
+    (tmp_path / "in.txt").write_text("the bank\n", encoding="utf-8")
+    save_model(random_bilm(small_config()), tmp_path / "ours")
+    shutil.copy(OPTIONS, tmp_path / "options.json")
+    shutil.copy(WEIGHTS, tmp_path / "weights.hdf5")
+    (tmp_path / "vocab.txt").write_text("bank\n", encoding="utf-8")
+    digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    for embedder, files in [(Embedder.from_pretrained(str(tmp_path / "ours")), ["ours/model.safetensors",
+                                                                                 "ours/config.json"]),
+                            (Embedder.from_pretrained(options=tmp_path / "options.json",
+                                                      weights=tmp_path / "weights.hdf5"), ["weights.hdf5"])]:
+        for name in files:
+            before = digest(tmp_path / name)
+            with pytest.raises(UsageError, match="a file of the model in use"):
+                embedder.embed_file(tmp_path / "in.txt", tmp_path / name, progress=False)
+            with pytest.raises(UsageError, match="a file of the model in use"):
+                dump_token_embeddings(embedder.bilm, tmp_path / "vocab.txt", tmp_path / name)
+            assert digest(tmp_path / name) == before
+    assert embedder.embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", progress=False) == 1

@@ -46,11 +46,12 @@ def test_a_file_the_user_put_into_elmos_folder_survives(tmp_path, capsys, monkey
     assert cli(capsys, *args)[0] == 130
     assert (tmp_path / "out.hdf5.parts" / "manifest.json").is_file()  # elmo's, kept for --resume (a part is done)
     (tmp_path / "out.hdf5.parts" / "notes.txt").write_text("mine", encoding="utf-8")
+    (tmp_path / "out.hdf5.parts" / ".my-notes.tmp").write_text("mine too", encoding="utf-8")  # was taken for elmo's
     monkeypatch.undo()
     rc, err = cli(capsys, *args)  # without --resume: elmo clears what it wrote, and only that
     assert rc == 0
     assert (tmp_path / "out.hdf5.parts" / "notes.txt").read_text(encoding="utf-8") == "mine"
-    assert sorted(p.name for p in (tmp_path / "out.hdf5.parts").iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in (tmp_path / "out.hdf5.parts").iterdir()) == [".my-notes.tmp", "notes.txt"]
 
 
 def test_records_reach_no_file_outside_the_folder(tmp_path, capsys):

@@ -197,3 +197,32 @@ def test_every_reader_refuses_a_line_over_64_mib(long_line_place, capsys, comman
     name = "/dev/zero" if "zero" in command else "long.txt.gz"
     one_error_line(err, f"{name}, line 1: longer than 67,108,864 bytes")
     assert not (t / "v.txt").exists() and not (t / "t.hdf5").exists()
+
+
+def test_a_chunk_holds_a_bounded_size_of_vectors_whatever_the_batch_size(tmp_path, monkeypatch):
+    """A chunk was max(batch_size x 16, 1,024) lines, all its vectors held (twice) until its part was written:
+    `--batch-size 65536` meant chunks of a million lines, hundreds of GB for the original model. Chunks now also
+    stop at CHUNK_BYTES of vectors; the output is the same, to float32 rounding."""
+    import h5py
+
+    from elmo.embed_file import embed_file
+    from tests.conftest import OPTIONS, WEIGHTS
+    from elmo.io.official import load_official
+
+    lines = [" ".join(f"w{(i + j) % 30}" for j in range(1 + i % 7)) for i in range(60)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bilm = load_official(OPTIONS, WEIGHTS)
+    embed_file(bilm, tmp_path / "in.txt", tmp_path / "whole.hdf5", batch_size=65_536, progress=False)
+    per_token = bilm.config.n_output_layers * bilm.config.output_dim * 4
+    monkeypatch.setattr(embed_file_module, "CHUNK_BYTES", 20 * per_token)  # 20 tokens a chunk
+    sizes = []
+    original = embed_file_module._embed_chunk
+    monkeypatch.setattr(embed_file_module, "_embed_chunk",
+                        lambda engine, chunk, *a: sizes.append(sum(len(l.tokens) for l in chunk)) or
+                        original(engine, chunk, *a))
+    embed_file(bilm, tmp_path / "in.txt", tmp_path / "chunked.hdf5", batch_size=65_536, progress=False)
+    assert len(sizes) > 10 and max(sizes) <= 20 and sum(sizes) == sum(len(l.split()) for l in lines)
+    with h5py.File(tmp_path / "whole.hdf5") as whole, h5py.File(tmp_path / "chunked.hdf5") as chunked:
+        assert sorted(whole.keys()) == sorted(chunked.keys())
+        # other batches, so float32 rounding may differ (deterministic mode: the same vectors however grouped)
+        assert all(np.allclose(whole[k][()], chunked[k][()], atol=1e-5) for k in whole if k != "sentence_to_index")

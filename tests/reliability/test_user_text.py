@@ -72,3 +72,21 @@ def test_show_marks_a_token_it_cuts_to_its_column(capsys):
     rows = capsys.readouterr().out.splitlines()[2:]
     assert rows[0].startswith("x" * 14 + "… ") and rows[1].startswith("국제연합안전보… ")
     assert rows[2].startswith("ok ")
+
+
+def test_the_python_api_refuses_lone_surrogates_instead_of_dropping_them(tmp_path):
+    """`Embedder.embed([["caf\\udce9"]])` gave the vectors of "caf" (AllenNLP drops what UTF-8 cannot encode), and
+    `embed_file` of an open text holding one was a UnicodeEncodeError traceback."""
+    import io
+
+    from elmo import Embedder
+    from elmo.errors import ElmoError
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    embedder = Embedder.from_pretrained(options=OPTIONS, weights=WEIGHTS)
+    with pytest.raises(ElmoError, match=r"'caf\\udce9'.*lone surrogate"):
+        embedder.embed([["caf\udce9"]], split_into_words=False)
+    with pytest.raises(ElmoError, match="lone surrogate"):
+        embedder.embed_file(io.StringIO("caf\udce9 x\n"), tmp_path / "s.hdf5", progress=False)
+    assert not any(tmp_path.iterdir())
+    assert len(embedder.embed([["café"]], split_into_words=False)) == 1  # UTF-8 text itself is fine
