@@ -177,7 +177,8 @@ def test_export_load_embed_round_trip_and_score_matches_perplexity(text_slices, 
         cache = f["embedding"][()]
     assert cache.shape == (len(vocab), 16)
     assert np.allclose(cache[5], token_embeddings(bilm, [vocab.words[5]])[0].numpy(), atol=1e-6)
-    (tmp_path / "task_words.txt").write_text("bank\nriver\nthe\n", encoding="utf-8")  # no <S>, </S>, <UNK>: as bilm-tf's
+    # a task's word list, without <S>, </S>, <UNK>: taken as bilm-tf's takes it
+    (tmp_path / "task_words.txt").write_text("bank\nriver\nthe\n", encoding="utf-8")
     assert dump_token_embeddings(bilm, tmp_path / "task_words.txt", tmp_path / "task.hdf5") == 3
     with h5py.File(tmp_path / "task.hdf5") as f:
         assert np.allclose(f["embedding"][()], token_embeddings(bilm, ["bank", "river", "the"]).numpy(), atol=1e-6)

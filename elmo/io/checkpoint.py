@@ -8,6 +8,7 @@ Writing and reading the whole checkpoint (softmax, vocabulary, optimizer, carrie
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -53,8 +54,24 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory itself, or the newest one inside a run directory."""
     path = Path(path)
     if is_checkpoint(path):
-        return path
+        return named_as_its_step(path)
     found = list_checkpoints(path)
     if not found:
         raise ModelFileError(f"{path}: no checkpoint here (expected a step-* directory with trainer.json)")
-    return found[-1]
+    return named_as_its_step(found[-1])
+
+
+def named_as_its_step(checkpoint: Path) -> Path:
+    """``checkpoint``, when its trainer.json's step is the one its name gives (a folder not named for a step, an
+    exported one, says nothing). A renamed or mixed-up folder is one line: its name decides which checkpoint is
+    newest, so ``step-00000099`` holding step 3 would be read, resumed and kept as the newest for ever."""
+    named = checkpoint_step(checkpoint)
+    try:
+        record = json.loads((checkpoint / "trainer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable: the loaders say so
+        return checkpoint
+    step = record.get("step") if isinstance(record, dict) else None
+    if named is not None and isinstance(step, int) and not isinstance(step, bool) and step != named:
+        raise ModelFileError(f"{checkpoint / 'trainer.json'}: step {step:,} in a folder named for step {named:,}; a "
+                             f"renamed or mixed-up checkpoint: give it back its name, or move it away")
+    return checkpoint

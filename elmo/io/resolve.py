@@ -12,7 +12,7 @@ from elmo import pretrained
 from elmo.errors import UsageError
 from elmo.io import nlpl
 from elmo.io.atomic import path_argument
-from elmo.io.checkpoint import list_checkpoints
+from elmo.io.checkpoint import list_checkpoints, named_as_its_step
 from elmo.io.model_files import ModelFiles
 from elmo.io.file_kinds import HDF5_KIND, describe_file, is_weight_file
 from elmo.io.native import ModelFileError, is_model_dir
@@ -64,7 +64,7 @@ def resolve_path(model: str | Path) -> ModelFiles:
     if is_model_dir(root):
         return ModelFiles.of_folder(root)
     if (found := list_checkpoints(root)) and is_model_dir(found[-1]):
-        return ModelFiles.of_folder(found[-1])  # a training run folder: its newest checkpoint
+        return ModelFiles.of_folder(named_as_its_step(found[-1]))  # a training run folder: its newest checkpoint
     pair = official_pair(root)
     if pair == (root / nlpl.OPTIONS_NAME, root / nlpl.WEIGHTS_NAME):
         return _nlpl_files(root)

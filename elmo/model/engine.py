@@ -85,7 +85,8 @@ class FrozenLayer:
 
 
 def word_list(words: object) -> list[str]:
-    """``cache_words`` (or ``Elmo``'s ``vocab_to_cache``) as a list, refused in one line when it is no list of words (a string would cache letters)."""
+    """``cache_words`` (or ``Elmo``'s ``vocab_to_cache``) as a list, refused in one line when it is no list of
+    words (a string would cache letters)."""
     listed = None if isinstance(words, (str, bytes)) or not hasattr(words, "__iter__") else list(words)
     if listed is None or not all(isinstance(w, str) for w in listed):
         raise InputTypeError(f"cache_words must be a list of words (strings), e.g. ['the', 'bank']; got "

@@ -20,6 +20,7 @@ previous checkpoint set or the new one, never a half-written directory.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path, check_free_space, new_file_mode, sync_folder
-from elmo.io.checkpoint import PREFIX, is_checkpoint, list_checkpoints, resolve_checkpoint
+from elmo.io.checkpoint import CHECKPOINT_FILES, PREFIX, is_checkpoint, list_checkpoints, resolve_checkpoint
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import ModelFileError, load_state_strict, save_model
@@ -44,6 +45,7 @@ from elmo.training.checkpoint_fields import check_optimizer_record, check_traine
 from elmo.training.softmax import LMSoftmax
 
 
+logger = logging.getLogger(__name__)
 CHECKPOINT_EXTRA = 1 << 20  # bytes beside the tensors: vocabulary, JSON, file headers (an upper guess)
 
 
@@ -110,11 +112,14 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
             _write_json(tmp / "optimizer.json", opt_plain)
         _save_tensors(tensors, tmp / "state.safetensors")
         _write_json(tmp / "trainer.json", {"step": step, **trainer})
+        for file in tmp.iterdir():  # every file's bytes on disk before the rename, and before older ones go
+            _sync_file(file)
         sync_folder(tmp)
-        if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours
-            if not is_checkpoint(final):
-                raise ModelFileError(f"{final}: exists and is not a checkpoint of elmo's (no trainer.json); not "
-                                     f"replaced: move it away and resume from the last checkpoint")
+        if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours alone
+            if not is_checkpoint(final) or _others_in(final):
+                raise ModelFileError(f"{final}: exists and is not a checkpoint of elmo's alone (no trainer.json, or "
+                                     f"files elmo did not write); not replaced: move it away and resume from the last "
+                                     f"checkpoint")
             shutil.rmtree(final)
         os.replace(tmp, final)
         sync_folder(run)
@@ -122,6 +127,10 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     for old in list_checkpoints(run)[:-keep] if keep > 0 else []:
+        if others := _others_in(old):  # a user's output written into it (embed, export, notes): not ours to delete
+            logger.warning("%s: kept although older than the %d checkpoints to keep: it holds %s, which elmo did not "
+                           "write; delete it yourself when done", old, keep, ", ".join(others[:3]))
+            continue
         doomed = old.with_name(f".{old.name}.deleting")  # renamed first: a deletion cut short leaves no step-* folder
         shutil.rmtree(doomed, ignore_errors=True)        # without trainer.json, which a resume would refuse
         os.replace(old, doomed)
@@ -130,6 +139,20 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         if _LEFTOVER.fullmatch(leftover.name) and leftover.is_dir() and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
     return final
+
+
+def _others_in(checkpoint: Path) -> list[str]:
+    """What a checkpoint's folder holds beyond what ``save_checkpoint`` writes (a link counts as another's)."""
+    return sorted(p.name for p in checkpoint.iterdir()
+                  if p.name not in CHECKPOINT_FILES or p.is_symlink() or not p.is_file())
+
+
+def _sync_file(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:

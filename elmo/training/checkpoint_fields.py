@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from elmo.io.native import ModelFileError
 from elmo.limits import is_digits
 
@@ -104,3 +106,36 @@ def check_optimizer_record(plain: Any, path: Path) -> None:
             raise _fail(path, f"state[{index!r}]", "must be an object under a parameter index")
         for key, value in values.items():
             _number(value, path, f"state[{index!r}].{key}")
+
+
+OPTIMIZER_TENSORS = {"adagrad": ("sum",), "adam": ("exp_avg", "exp_avg_sq")}  # each stepped parameter's state
+
+
+def check_optimizer_tensors(state: dict[int, dict[str, Any]], params: list, kind: str, path: Path) -> None:
+    """The optimizer's saved state against the parameters it will step: each parameter's tensors present, of the
+    parameter's shape and type, and finite. An edited or mixed-up file would otherwise run the fused kernels on a
+    state that does not fit (wrong arithmetic with exit 0) or fail deep inside torch at the first step."""
+    for index, values in state.items():
+        if not isinstance(index, int) or not 0 <= index < len(params):
+            raise _fail(path, f"the state of parameter {index}", f"names no parameter (this run has {len(params)})")
+        param = params[index]
+        for key in OPTIMIZER_TENSORS[kind]:
+            tensor = values.get(key)
+            if not isinstance(tensor, torch.Tensor):
+                raise _fail(path, f"{index}.{key}", "is missing")
+            if tensor.shape != param.shape or tensor.dtype != param.dtype:
+                raise _fail(path, f"{index}.{key}", f"is {tuple(tensor.shape)} {tensor.dtype} where the parameter is "
+                                                    f"{tuple(param.shape)} {param.dtype}")
+            if not bool(torch.isfinite(tensor).all()):
+                raise _fail(path, f"{index}.{key}", "holds NaN or infinite values")
+
+
+def check_carried_state(tensor: Any, name: str, shape: tuple[int, ...], path: Path) -> torch.Tensor:
+    """One carried LSTM state (h or c of a layer, direction and rank): float32 of ``shape``, finite."""
+    if not isinstance(tensor, torch.Tensor):
+        raise _fail(path, name, "is missing")
+    if tuple(tensor.shape) != shape or tensor.dtype != torch.float32:
+        raise _fail(path, name, f"is {tuple(tensor.shape)} {tensor.dtype} where this run carries {shape} float32")
+    if not bool(torch.isfinite(tensor).all()):
+        raise _fail(path, name, "holds NaN or infinite values")
+    return tensor

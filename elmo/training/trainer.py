@@ -25,12 +25,13 @@ from tqdm.auto import tqdm
 from elmo.data.corpus import LMBatch, LMBatcher, SentenceSource, expand_files
 from elmo.data.vocab import Vocabulary
 from elmo.errors import ElmoError, UsageError
-from elmo.io.atomic import DiskWriteError, is_disk_full, make_folders, output_folder, remove_empty
+from elmo.io.atomic import DiskWriteError, is_disk_full, make_folders, output_folder, remove_empty, write_errors
 from elmo.io.checkpoint import list_checkpoints
 from elmo.io.lock import OutputLock
 from elmo.io.native import ModelFileError, load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.checkpoint import Checkpoint, save_checkpoint
+from elmo.training.checkpoint_fields import check_carried_state, check_optimizer_tensors
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
@@ -181,6 +182,8 @@ class Trainer:
     def _load_states(self, checkpoint) -> None:
         """The optimizer, the data positions, the carried states and the random generators of ``checkpoint``."""
         if checkpoint.optimizer is not None:
+            check_optimizer_tensors(checkpoint.optimizer["state"], list(self.model.parameters()),
+                                    self.config.optimizer, checkpoint.path / "optimizer.safetensors")
             # the saved groups carry the kernel choice of the machine that wrote them: this one's applies
             groups = [{**group, "fused": self._fused_optimizer, "foreach": None}
                       for group in checkpoint.optimizer["param_groups"]]
@@ -188,9 +191,11 @@ class Trainer:
         rank = self.env.rank
         for direction, batcher in enumerate(self.batchers):
             batcher.load_state_dict(checkpoint.trainer["data"][rank][direction])
-        t = checkpoint.tensors
-        self.states = [[(t[f"r{rank}.d{d}.l{l}.h"].to(self.device), t[f"r{rank}.d{d}.l{l}.c"].to(self.device))
-                        for l in range(self.config.model.lstm.n_layers)] for d in range(2)]
+        t, lstm, rows = checkpoint.tensors, self.config.model.lstm, self.states[0][0][0].shape[0]
+        carried = lambda name, width: check_carried_state(t.get(name), name, (rows, width),  # noqa: E731
+                                                          checkpoint.path / "state.safetensors").to(self.device)
+        self.states = [[(carried(f"r{rank}.d{d}.l{l}.h", lstm.projection_dim),
+                         carried(f"r{rank}.d{d}.l{l}.c", lstm.dim)) for l in range(lstm.n_layers)] for d in range(2)]
         torch.set_rng_state(t[f"r{rank}.torch_rng"])
         if self.device.type == "cuda" and f"r{rank}.cuda_rng" in t:  # dropout on a GPU draws from the GPU's generator
             torch.cuda.set_rng_state(t[f"r{rank}.cuda_rng"], self.device)
@@ -315,7 +320,7 @@ class Trainer:
                 record = {"step": self.step, **metrics, "sampled_perplexity": math.exp(min(metrics["loss"], 50)),
                           "tokens_per_s": rate, "tokens_seen": self.tokens_seen, "elapsed_s": self.elapsed}
                 if log:
-                    with open(log, "a", encoding="utf-8") as f:
+                    with write_errors(log), open(log, "a", encoding="utf-8") as f:  # a full disk: one line naming it
                         f.write(json.dumps(record) + "\n")
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", ppl=f"{record['sampled_perplexity']:.0f}",
                                 tok_s=f"{rate:.0f}", **({"biLM": "frozen"} if "frozen" in metrics else {}))

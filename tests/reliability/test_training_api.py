@@ -181,7 +181,8 @@ def test_a_sentence_over_the_token_limit_is_refused_before_it_runs(trained, text
     model = LanguageModel(bilm, softmax)
     monkeypatch.setattr(evaluate, "MAX_TOKENS_PER_LINE", 5)
     long = ["w1"] * 6
-    for call in (lambda: score(bilm, softmax, vocab, [["w1"], long]), lambda: substitutes(bilm, softmax, vocab, long, 0)):
+    for call in (lambda: score(bilm, softmax, vocab, [["w1"], long]),
+                 lambda: substitutes(bilm, softmax, vocab, long, 0)):
         with pytest.raises(ElmoError) as err:
             call()
         one_line(err, "sentence", "6 tokens", "limit of 5")

@@ -1,0 +1,113 @@
+"""A run folder's checkpoints as users meet them: outputs written into an old checkpoint survive pruning, and a
+checkpoint whose files were edited, damaged or mixed up is refused in one line before any step, not trained on."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from elmo.data.vocab import Vocabulary
+from elmo.io.checkpoint import list_checkpoints
+from elmo.training.trainer import Trainer
+from tests.conftest import micro_train_config
+from tests.reliability.tiny import cli, one_error_line, text_file
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(training text, vocabulary, a run of 3 steps with a checkpoint at every step)."""
+    folder = tmp_path_factory.mktemp("run")
+    text = text_file(folder / "short.txt", 60)
+    vocab = Vocabulary.build(line.split() for line in text.read_text(encoding="utf-8").splitlines())
+    Trainer(micro_train_config(max_steps=3, checkpoint_every=1, keep_checkpoints=5), [text], folder / "r",
+            vocab=vocab, progress=False).train()
+    return text, vocab, folder / "r"
+
+
+def _copy(run, tmp_path):
+    text, vocab, folder = run
+    shutil.copytree(folder, tmp_path / "r")
+    return text, vocab, tmp_path / "r"
+
+
+def _resume(text, vocab, folder, steps=4, keep=5):
+    return Trainer(micro_train_config(max_steps=steps, checkpoint_every=1, keep_checkpoints=keep), [text], folder,
+                   progress=False, resume=folder, given={"keep_checkpoints": keep, "max_steps": steps})
+
+
+def test_pruning_keeps_a_checkpoint_holding_the_users_files(run, tmp_path, caplog):
+    """`elmo embed ... RUN/step-2/vectors.hdf5`, an export into a checkpoint or a note: pruning deleted the whole
+    folder, the user's files with it (exit 0, no word)."""
+    text, vocab, folder = _copy(run, tmp_path)
+    (folder / "step-00000002" / "vectors.hdf5").write_bytes(b"the user's vectors")
+    trainer = _resume(text, vocab, folder, steps=5, keep=1)
+    trainer.train()
+    names = [p.name for p in list_checkpoints(folder)]
+    assert names == ["step-00000002", "step-00000005"], names  # 1 and 3, 4 pruned; 2 kept for the user's file
+    assert (folder / "step-00000002" / "vectors.hdf5").read_bytes() == b"the user's vectors"
+    assert "kept although older" in caplog.text and "vectors.hdf5" in caplog.text
+
+
+def _edit(path, name, change):
+    tensors = load_file(str(path))
+    tensors[name] = change(tensors[name])
+    save_file(tensors, str(path))
+
+
+@pytest.mark.parametrize("file, name, change, fragment", [
+    ("optimizer.safetensors", "0.sum", lambda t: torch.zeros(2, 2), "0.sum is (2, 2)"),
+    ("optimizer.safetensors", "0.sum", lambda t: t.clone().fill_(float("nan")), "0.sum holds NaN"),
+    ("state.safetensors", "r0.d0.l0.c", lambda t: t.clone().fill_(float("nan")), "r0.d0.l0.c holds NaN"),
+    ("state.safetensors", "r0.d1.l0.h", lambda t: t[:, :-1].contiguous(), "r0.d1.l0.h is"),
+    ("state.safetensors", "r0.d0.l0.h", lambda t: t.double(), "float64"),
+])
+def test_a_checkpoint_with_an_edited_tensor_is_refused_before_any_step(run, tmp_path, file, name, change, fragment):
+    """A (2, 2) Adagrad sum ran the fused kernel on a state that did not fit (exit 0, other weights); a NaN state
+    trained on with loss nan; a state of another shape or type was a traceback at the first step."""
+    text, vocab, folder = _copy(run, tmp_path)
+    _edit(folder / "step-00000003" / file, name, change)
+    with pytest.raises(Exception) as err:
+        _resume(text, vocab, folder)
+    assert type(err.value).__name__ == "ModelFileError" and fragment in str(err.value), str(err.value)
+    assert "\n" not in str(err.value) and [p.name for p in list_checkpoints(folder)][-1] == "step-00000003"
+
+
+def test_a_missing_optimizer_tensor_is_one_line(run, tmp_path):
+    text, vocab, folder = _copy(run, tmp_path)
+    path = folder / "step-00000003" / "optimizer.safetensors"
+    tensors = load_file(str(path))
+    del tensors["0.sum"]
+    save_file(tensors, str(path))
+    with pytest.raises(Exception, match="0.sum is missing"):
+        _resume(text, vocab, folder)
+
+
+def test_a_renamed_checkpoint_is_refused(run, tmp_path, capsys):
+    """`mv step-00000003 step-00000099`: every resume restarted from step 3 and left the old weights newest; export
+    and perplexity read them."""
+    text, vocab, folder = _copy(run, tmp_path)
+    (folder / "step-00000003").rename(folder / "step-00000099")
+    rc, err = cli(capsys, "export", folder, tmp_path / "exported")
+    assert rc == 1
+    one_error_line(err, "step 3 in a folder named for step 99")
+    assert json.loads((folder / "step-00000099" / "trainer.json").read_text())["step"] == 3
+
+
+def test_a_full_disk_while_logging_names_the_log(run, tmp_path, monkeypatch):
+    """Appending to metrics.jsonl on a full disk said only "No space left on device"."""
+    import errno
+
+    import elmo.training.trainer as trainer_module
+    from elmo.io.atomic import DiskWriteError
+
+    text, vocab, folder = _copy(run, tmp_path)
+    trainer = _resume(text, vocab, folder)
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trainer_module, "open", full, raising=False)
+    with pytest.raises(DiskWriteError, match=r"metrics\.jsonl: the disk is full"):
+        trainer.train()
