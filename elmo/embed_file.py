@@ -31,6 +31,7 @@ from elmo.io.atomic import (check_free_space, new_folders, path_argument, refuse
                              writable_file)
 from elmo.io.lock import lock_beside
 from elmo.io.parts import FILE_OVERHEAD, LINE_OVERHEAD, META_KEY, PartStore
+from elmo.io.work_folder import read_manifest
 from elmo.io.text_lines import NotUtf8Error, TextLineError, TextScan, numbered_lines, scan_text
 from elmo.limits import MAX_BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS_PER_LINE, is_whole
 from elmo.model.bilm import BiLM
@@ -172,13 +173,13 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
         engine = model if isinstance(model, InferenceEngine) else InferenceEngine.build(bilm, device=device)
         sha256 = weights_sha256(bilm)
         record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
-        chunk_size, chunk_tokens = _chunking(engine, layers, batch_size, chunk_size)
+        chunk_size, chunk_tokens = _chunking(engine, layers, batch_size, chunk_size, output_path, resume)
         _check_space(output_path, scan, bilm, layers, resume)
         # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
         fingerprint = _run_fingerprint(engine, input_path, scan, layers, batch_size, use_sentence_keys, errors, sha256)
         parts = PartStore(Path(str(output_path) + ".parts"), fingerprint | {
-            "tokenizer": tokenizer_name, "chunk_size": chunk_size, "chunk_tokens": chunk_tokens,
-            "precision": engine.precision}, resume)
+            "tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": engine.precision,
+            **({"chunk_tokens": chunk_tokens} if chunk_tokens is not None else {})}, resume)
         try:
             index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, (chunk_size, chunk_tokens),
                                               scan.lines,
@@ -232,13 +233,18 @@ def _check_keys(input_path: str | Path, errors: str, npz: bool) -> None:
         _dataset_key(Line(number - 1, text.strip(), []), True, seen, input_path, npz)
 
 
-def _chunking(engine: InferenceEngine, layers: OutputLayers, batch_size: int,
-              chunk_size: int | None) -> tuple[int, int | None]:
+def _chunking(engine: InferenceEngine, layers: OutputLayers, batch_size: int, chunk_size: int | None,
+              output_path: Path, resume: bool) -> tuple[int, int | None]:
     """(lines, tokens) a chunk holds at most. Stateful: one batch in file order. Otherwise ``chunk_size`` lines
-    (default 16 batches, at least 1,024) and CHUNK_BYTES of vectors, held until the chunk's part is written."""
+    (default 16 batches, at least 1,024) and CHUNK_BYTES of vectors, held until the chunk's part is written; a
+    resumed run whose parts were cut by lines alone (an older elmo's) goes on cutting them so."""
     if engine.stateful:
         return batch_size, None
-    return chunk_size or max(batch_size * 16, 1024), max(1, CHUNK_BYTES // _bytes_per_token(engine.bilm, layers))
+    lines = chunk_size or max(batch_size * 16, 1024)
+    earlier = read_manifest(Path(str(output_path) + ".parts")) if resume else None
+    if earlier is not None and "chunk_tokens" not in earlier["identity"]:
+        return lines, None
+    return lines, max(1, CHUNK_BYTES // _bytes_per_token(engine.bilm, layers))
 
 
 def _chunks(lines: Iterator[Line], max_lines: int, max_tokens: int | None) -> Iterator[list[Line]]:

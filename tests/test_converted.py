@@ -126,11 +126,13 @@ def test_cache_clear_removes_only_its_own_unfinished_copies_and_says_so(cache, t
     mine.mkdir()
     (mine / "config.json").write_text('{"mine": 1}')
     leftover = cache / ".0123456789ab.k3j4h5g6.tmp"  # store's temporary folder, its process killed
-    leftover.mkdir()
-    (leftover / "config.json").write_text("{}")
+    older = cache / ".0123456789ab.q7w8e9r0"  # the same, as an older elmo named it (no .tmp)
+    for folder in (leftover, older):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
     assert main(["cache", "clear"]) == 0
-    assert "removed 1 converted model(s) and 1 unfinished one(s)" in capsys.readouterr().out
-    assert (mine / "config.json").read_text() == '{"mine": 1}' and not leftover.exists()
+    assert "removed 1 converted model(s) and 2 unfinished one(s)" in capsys.readouterr().out
+    assert (mine / "config.json").read_text() == '{"mine": 1}' and not leftover.exists() and not older.exists()
 
 
 def test_a_copy_that_cannot_be_written_for_a_file_size_limit_still_loads(cache, tmp_path, monkeypatch, caplog):

@@ -175,6 +175,27 @@ def test_an_unpacked_copy_cut_short_is_unpacked_again(source, tmp_path):
     assert str(unpacked) in str(err.value) and (unpacked / "my_notes.txt").read_text() == "mine"
 
 
+def test_an_unpacking_killed_midway_is_cleared_by_the_next(source, tmp_path):
+    """An unpacking killed by SIGKILL left its temporary folder (up to the whole model) for ever: the next unpacking
+    of the same zip removes it once it is an hour old; a folder of a similar name of the user's stays."""
+    import os
+    import time
+
+    archive = zip_folder(nlpl_folder(source, tmp_path / "nlpl"), tmp_path / "209.zip")
+    root = tmp_path / "cache" / "nlpl"
+    root.mkdir(parents=True)
+    prefix = f".{file_sha256(archive)[:16]}."
+    stale, mine = root / f"{prefix}abcd1234.tmp", root / f"{prefix}my-files.tmp"
+    for folder in (stale, mine):
+        folder.mkdir()
+        (folder / nlpl.WEIGHTS_NAME).write_bytes(b"half")
+        hour_ago = time.time() - 3700
+        for path in (folder / nlpl.WEIGHTS_NAME, folder):
+            os.utime(path, (hour_ago, hour_ago))
+    assert_same(load_bilm(archive), source)
+    assert not stale.exists() and (mine / nlpl.WEIGHTS_NAME).read_bytes() == b"half"
+
+
 def test_nlpl_zip_with_a_top_folder(source, tmp_path):
     folder = nlpl_folder(source, tmp_path / "nlpl")
     with zipfile.ZipFile(tmp_path / "m.zip", "w") as z:

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from safetensors import SafetensorError
+
 from elmo.errors import ElmoError, InputTypeError, UsageError
 
 _NO_SPACE = ("no space left on device", "errno = 28", "disk quota exceeded", "errno = 122")
@@ -53,6 +55,13 @@ STALE_SECONDS = 3600  # a temporary file or folder untouched this long belongs t
 _RANDOM_NAME = set("abcdefghijklmnopqrstuvwxyz0123456789_")  # the 8 characters tempfile puts in its names
 
 
+def is_temporary_name(name: str, prefix: str, suffix: str = ".tmp") -> bool:
+    """Whether ``name`` is exactly what ``tempfile`` makes of ``prefix`` and ``suffix``: 8 random characters
+    between them (a user's ".w.hdf5.my-notes.tmp" is not)."""
+    middle = name[len(prefix) : len(name) - len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
+    return len(name) == len(prefix) + 8 + len(suffix) and len(middle) == 8 and set(middle) <= _RANDOM_NAME
+
+
 def remove_stale_temporaries(folder: str | Path, prefix: str) -> int:
     """Remove what killed writers left in ``folder`` (SIGKILL or a power cut give no chance to clean up): names of
     exactly ``prefix`` + tempfile's 8 random characters + ".tmp", plain files or folders (not links), untouched
@@ -64,9 +73,7 @@ def remove_stale_temporaries(folder: str | Path, prefix: str) -> int:
         return 0
     now = time.time()
     for entry in entries:
-        name = entry.name
-        if not (name.startswith(prefix) and name.endswith(".tmp") and len(name) == len(prefix) + 12
-                and set(name[len(prefix) : len(prefix) + 8]) <= _RANDOM_NAME) or entry.is_symlink():
+        if not is_temporary_name(entry.name, prefix) or entry.is_symlink():
             continue
         try:
             touched = max([entry.stat().st_mtime] + [p.stat().st_mtime for p in entry.rglob("*")]
@@ -241,6 +248,19 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return False
 
 
+def sync_file(path: str | Path) -> None:
+    """Flush a written file's bytes to disk (before a rename makes it count, or older copies are deleted), where the
+    file system allows it."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    except OSError as err:
+        if err.errno != errno.EINVAL:  # EINVAL: a file system that cannot sync; anything else is a failed write
+            raise
+    finally:
+        os.close(descriptor)
+
+
 def sync_folder(folder: str | Path) -> None:
     """Flush a folder's entries to disk (a rename into it survives a power cut), where the system allows it."""
     try:
@@ -317,8 +337,8 @@ def write_errors(path: str | Path, needed: int | None = None) -> Iterator[None]:
     except DiskWriteError:
         raise
     except Exception as err:
-        # a library's own error type for a failed write (safetensors: "I/O error: File too large (os error 27)")
-        io_failure = any(sign in str(err).lower() for sign in ("i/o error", "(os error "))
+        # safetensors reports a failed write as its own type: "I/O error: File too large (os error 27)"
+        io_failure = isinstance(err, SafetensorError) and "i/o error" in str(err).lower()
         if not (isinstance(err, OSError) or is_disk_full(err) or io_failure):
             raise
         if is_disk_full(err):

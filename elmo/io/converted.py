@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, is_temporary_name
 from elmo.io.download import cache_dir, env_switch
 from elmo.io.work_folder import file_sha256
 from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME
@@ -182,14 +182,16 @@ def is_key(name: str) -> bool:
     return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
-LEFTOVER_SUFFIX = ".tmp"  # a temporary folder of ``store``: "." + the key's first 12 hex digits + "." + mkdtemp's
-_RANDOM = set("abcdefghijklmnopqrstuvwxyz0123456789_")  # 8 random characters + ".tmp"
+LEFTOVER_SUFFIX = ".tmp"  # ``store``'s temporary folder: "." + the key's first 12 hex digits + "." + 8 random
+# characters + ".tmp" (before the suffix was added: no ".tmp")
 
 
 def _is_key_prefix(name: str) -> bool:
     """A temporary folder of ``store``, by its exact pattern (a user's ".0123456789ab.mine" is not one)."""
-    return (len(name) == 26 and name[0] == "." and name[13] == "." and name.endswith(LEFTOVER_SUFFIX)
-            and all(c in "0123456789abcdef" for c in name[1:13]) and set(name[14:22]) <= _RANDOM)
+    prefix = name[:14]
+    return (len(prefix) == 14 and prefix[0] == "." and prefix[13] == "."
+            and all(c in "0123456789abcdef" for c in prefix[1:13])
+            and (is_temporary_name(name, prefix, LEFTOVER_SUFFIX) or is_temporary_name(name, prefix, "")))
 
 
 def _file_hash(path: Path) -> str:

@@ -90,6 +90,9 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
                                     f"kept")
             if check is not None:
                 check(tmp)
+    except FileNotFoundError as err:  # the temporary file went away under us (a cache cleaned meanwhile)
+        raise DownloadError(f"{target}: the download's temporary file was removed while it ran ({err.strerror}); "
+                            f"nothing was kept: try again") from None
     except urllib.error.HTTPError as err:  # the server answered: no use saying offline
         raise DownloadError(f"{url}: the server answered {err.code} ({err.reason}); nothing was kept: try again "
                             f"later, or download it yourself and pass the local files (--options/--weights, or a "

@@ -105,6 +105,7 @@ def load_model(model_dir: str | Path, stateful: bool = False) -> BiLM:
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root / WEIGHTS_NAME}: not a readable safetensors file ({err})") from None
     load_state_strict(model, state, str(root / WEIGHTS_NAME), assign=True)
+    model.source_files = (root / CONFIG_NAME, root / WEIGHTS_NAME)
     return model.eval()
 
 

@@ -84,6 +84,8 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
                 for name, info in members.items():
                     _extract(archive, z, info, tmp / name)
                 _check_unpacked(archive, tmp)  # a damaged model is refused naming the zip, and nothing is kept
+                if target.exists() and _unpacked_whole(target, members):  # another process finished first
+                    return target
                 if target.exists():  # ours, but a file was deleted or cut short since: unpacked afresh
                     _remove_unpacked(target)
                 try:

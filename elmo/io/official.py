@@ -353,6 +353,7 @@ def load_official(options_file: str | Path, weight_file: str | Path, stateful: b
         model = BiLM.from_config(config, stateful=stateful)
     model.tokenizer_name = file_tokenizer(options_file)  # named in our exports; in others' files: whitespace
     model.load_state_dict(read_official_state(weight_file, config, arrays), strict=True, assign=True)
+    model.source_files = (Path(options_file), Path(weight_file))
     return model.eval()
 
 

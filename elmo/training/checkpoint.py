@@ -34,11 +34,11 @@ from safetensors.torch import load_file, save_file
 
 from elmo.data.vocab import Vocabulary
 from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path, check_free_space, new_file_mode, sync_folder
+from elmo.io.atomic import atomic_path, check_free_space, new_file_mode, sync_file, sync_folder
 from elmo.io.checkpoint import CHECKPOINT_FILES, PREFIX, is_checkpoint, list_checkpoints, resolve_checkpoint
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
-from elmo.io.native import ModelFileError, load_state_strict, save_model
+from elmo.io.native import LEGACY_TOKENIZER_NAME, ModelFileError, load_state_strict, save_model
 from elmo.io.resolve import resolve
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint_fields import check_optimizer_record, check_trainer_record
@@ -113,7 +113,7 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
         _save_tensors(tensors, tmp / "state.safetensors")
         _write_json(tmp / "trainer.json", {"step": step, **trainer})
         for file in tmp.iterdir():  # every file's bytes on disk before the rename, and before older ones go
-            _sync_file(file)
+            sync_file(file)
         sync_folder(tmp)
         if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours alone
             if not is_checkpoint(final) or _others_in(final):
@@ -143,16 +143,8 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
 
 def _others_in(checkpoint: Path) -> list[str]:
     """What a checkpoint's folder holds beyond what ``save_checkpoint`` writes (a link counts as another's)."""
-    return sorted(p.name for p in checkpoint.iterdir()
-                  if p.name not in CHECKPOINT_FILES or p.is_symlink() or not p.is_file())
-
-
-def _sync_file(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    ours = CHECKPOINT_FILES | {LEGACY_TOKENIZER_NAME}  # older versions wrote the tokenizer beside config.json
+    return sorted(p.name for p in checkpoint.iterdir() if p.name not in ours or p.is_symlink() or not p.is_file())
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:

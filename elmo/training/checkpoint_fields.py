@@ -130,12 +130,17 @@ def check_optimizer_tensors(state: dict[int, dict[str, Any]], params: list, kind
                 raise _fail(path, f"{index}.{key}", "holds NaN or infinite values")
 
 
+CARRIED_TYPES = (torch.float32, torch.bfloat16)  # h comes out of a GPU run's bf16 autocast in bfloat16
+
+
 def check_carried_state(tensor: Any, name: str, shape: tuple[int, ...], path: Path) -> torch.Tensor:
-    """One carried LSTM state (h or c of a layer, direction and rank): float32 of ``shape``, finite."""
+    """One carried LSTM state (h or c of a layer, direction and rank): of ``shape``, float32 (or bfloat16, as
+    mixed-precision runs carry h), finite."""
     if not isinstance(tensor, torch.Tensor):
         raise _fail(path, name, "is missing")
-    if tuple(tensor.shape) != shape or tensor.dtype != torch.float32:
-        raise _fail(path, name, f"is {tuple(tensor.shape)} {tensor.dtype} where this run carries {shape} float32")
+    if tuple(tensor.shape) != shape or tensor.dtype not in CARRIED_TYPES:
+        raise _fail(path, name, f"is {tuple(tensor.shape)} {tensor.dtype} where this run carries {shape} float32 "
+                                f"or bfloat16")
     if not bool(torch.isfinite(tensor).all()):
         raise _fail(path, name, "holds NaN or infinite values")
     return tensor

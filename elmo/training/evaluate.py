@@ -153,18 +153,26 @@ def check_vocabulary(softmax: LMSoftmax, vocab: Vocabulary) -> None:
                          f"give the vocabulary the model was trained with (its vocab.txt)")
 
 
-def check_sentences(sentences: object, what: str) -> None:
-    """Token lists, not strings: ``score(..., ["the cat"])`` would score the letters t, h, e, ' ', c ... as words.
-    Each of at most ``MAX_TOKENS_PER_LINE`` tokens, as ``embed`` takes them: a sentence runs whole, and its
-    activations grow with its length."""
+def check_sentences(sentences: object, what: str) -> list[list[str]]:
+    """The sentences as lists of tokens (a generator is read once, here). Token lists, not strings:
+    ``score(..., ["the cat"])`` would score the letters t, h, e, ' ', c ... as words. Each of at most
+    ``MAX_TOKENS_PER_LINE`` tokens, as ``embed`` takes them: a sentence runs whole, and its activations grow with its
+    length."""
     if isinstance(sentences, (str, bytes)):
         raise InputTypeError(f"{what} takes token lists, e.g. [['the', 'cat']], not one string")
+    if not hasattr(sentences, "__iter__"):
+        raise InputTypeError(f"{what} takes token lists, e.g. [['the', 'cat']], not {type(sentences).__name__}")
+    listed = []
     for row, tokens in enumerate(sentences):
         if isinstance(tokens, (str, bytes)):
             raise InputTypeError(f"{what}: sentence {row} is a string; pass its tokens, e.g. {tokens.split()[:3]!r}")
-        if len(tokens) > MAX_TOKENS_PER_LINE:
-            raise UsageError(f"{what}: sentence {row} has {len(tokens):,} tokens, above the limit of "
+        if not hasattr(tokens, "__iter__"):
+            raise InputTypeError(f"{what}: sentence {row} is {type(tokens).__name__}, not a list of tokens")
+        listed.append(list(tokens))
+        if len(listed[-1]) > MAX_TOKENS_PER_LINE:
+            raise UsageError(f"{what}: sentence {row} has {len(listed[-1]):,} tokens, above the limit of "
                              f"{MAX_TOKENS_PER_LINE:,}; split it into sentences")
+    return listed
 
 
 def _engine(model: BiLM | InferenceEngine) -> InferenceEngine:
@@ -186,7 +194,7 @@ def direction_log_probs(bilm: BiLM | InferenceEngine, softmax: LMSoftmax,
     position given everything left of it, and the backward LM's given everything right of it: 8 B x (T + 2) x V
     bytes (``substitutes`` takes one position's instead).
     """
-    check_sentences(sentences, "direction_log_probs")
+    sentences = check_sentences(sentences, "direction_log_probs")
     engine = _engine(bilm)
     out = engine(batch_to_ids(sentences, engine.config.char_cnn.max_characters_per_token).to(softmax.weight.device))
     fwd = softmax.log_probs(out.forward_layers[-1])  # (B, T+2, V): position t predicts t + 1
@@ -206,7 +214,7 @@ def score(bilm: BiLM | InferenceEngine, softmax: LMSoftmax, vocab: Vocabulary,
     """Natural-log probability of each sentence under the forward and the backward LM (``</S>``/``<S>`` included),
     each sentence from the zero state. Memory stays bounded however many or long the sentences: they run
     SCORE_BATCH at a time, and the softmax over the vocabulary SCORE_POSITIONS positions at a time."""
-    check_sentences(sentences, "score")
+    sentences = check_sentences(sentences, "score")
     check_vocabulary(softmax, vocab)
     engine = _engine(bilm)
     results = []
@@ -243,7 +251,7 @@ def _target_log_probs(softmax: LMSoftmax, hidden: torch.Tensor, targets: Sequenc
 def substitutes(bilm: BiLM, softmax: LMSoftmax, vocab: Vocabulary, tokens: Sequence[str], position: int,
                 k: int = 10) -> dict[str, list[tuple[str, float]]]:
     """The top-k words each LM expects at ``position`` (0-based), with probabilities, and their product of experts."""
-    check_sentences([tokens], "substitutes")
+    (tokens,) = check_sentences([tokens], "substitutes")
     check_vocabulary(softmax, vocab)
     if isinstance(position, bool) or not isinstance(position, Integral) or not is_whole(k, 1):
         # 1.5 would fail inside torch and True be read as 1; k = -1 fails in topk, k = 0 gives empty lists

@@ -182,7 +182,8 @@ class Trainer:
     def _load_states(self, checkpoint) -> None:
         """The optimizer, the data positions, the carried states and the random generators of ``checkpoint``."""
         if checkpoint.optimizer is not None:
-            check_optimizer_tensors(checkpoint.optimizer["state"], list(self.model.parameters()),
+            check_optimizer_tensors(checkpoint.optimizer["state"], [p for g in self.optimizer.param_groups
+                                                                     for p in g["params"]],
                                     self.config.optimizer, checkpoint.path / "optimizer.safetensors")
             # the saved groups carry the kernel choice of the machine that wrote them: this one's applies
             groups = [{**group, "fused": self._fused_optimizer, "foreach": None}

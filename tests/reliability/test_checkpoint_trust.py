@@ -111,3 +111,23 @@ def test_a_full_disk_while_logging_names_the_log(run, tmp_path, monkeypatch):
     monkeypatch.setattr(trainer_module, "open", full, raising=False)
     with pytest.raises(DiskWriteError, match=r"metrics\.jsonl: the disk is full"):
         trainer.train()
+
+
+def test_a_bfloat16_carried_state_resumes(run, tmp_path):
+    """A GPU run's bf16 autocast carries h in bfloat16: such a checkpoint resumes (the check must not refuse it)."""
+    text, vocab, folder = _copy(run, tmp_path)
+    _edit(folder / "step-00000003" / "state.safetensors", "r0.d0.l0.h", lambda t: t.bfloat16())
+    trainer = _resume(text, vocab, folder)
+    assert trainer.states[0][0][0].dtype == torch.bfloat16
+    trainer.train()
+    assert [p.name for p in list_checkpoints(folder)][-1] == "step-00000004"
+
+
+def test_an_older_checkpoints_tokenizer_file_is_elmos_own(run, tmp_path, caplog):
+    """Checkpoints written before config.json named the tokenizer hold tokenizer.json: still pruned, not kept as
+    a user's file for ever."""
+    text, vocab, folder = _copy(run, tmp_path)
+    (folder / "step-00000001" / "tokenizer.json").write_text('{"tokenize": null}')
+    _resume(text, vocab, folder, steps=5, keep=2).train()
+    assert [p.name for p in list_checkpoints(folder)] == ["step-00000004", "step-00000005"]
+    assert "kept although older" not in caplog.text

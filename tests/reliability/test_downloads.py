@@ -229,8 +229,8 @@ def test_a_blank_cache_variable_means_the_default_folder(monkeypatch, tmp_path):
 
 def test_a_download_killed_midway_leaves_nothing_for_good(odd_server, tmp_path):
     """A download killed by SIGKILL left its temporary file (up to the whole model) for ever; the next download of
-    the same file removes it once it is an hour old. A fresh one (a download running now), a user's file of a
-    similar name and a link are left."""
+    the same file removes it once it is an hour old. A fresh one (a download running now) and a user's file of a
+    similar name are left."""
     import os
     import time
 
@@ -247,3 +247,22 @@ def test_a_download_killed_midway_leaves_nothing_for_good(odd_server, tmp_path):
     digest = hashlib.sha256(_Odd.BODY).hexdigest()
     fetch(f"{url}/w.hdf5", digest, directory=tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, mine.name, "w.hdf5"])
+
+
+def test_a_temporary_file_removed_under_a_running_download_is_one_line(odd_server, tmp_path):
+    """Another process cleaning the cache (a writer suspended past the hour): os.replace's FileNotFoundError was a
+    traceback."""
+    import elmo.io.download as download_module
+
+    url, monkeypatch = odd_server
+    original = download_module._receive
+
+    def then_removed(response, tmp, *args):
+        result = original(response, tmp, *args)
+        tmp.unlink()
+        return result
+
+    monkeypatch.setattr(download_module, "_receive", then_removed)
+    with pytest.raises(DownloadError, match="temporary file was removed while it ran"):
+        fetch(f"{url}/w.hdf5", hashlib.sha256(_Odd.BODY).hexdigest(), directory=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())

@@ -86,7 +86,8 @@ def test_sigkill_then_resume(tmp_path):
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parts = tmp_path / "out.hdf5.parts"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(parts.glob("part-*.h5"))) < 1 and process.poll() is None:
+    # a part counts once its record is written (a part renamed but not yet recorded is redone, not kept)
+    while time.monotonic() < deadline and not list(parts.glob("part-*.h5.record.json")) and process.poll() is None:
         time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
@@ -145,10 +146,34 @@ def test_sigterm_keeps_the_finished_parts_and_says_how_to_resume(tmp_path):
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     parts = tmp_path / "out.hdf5.parts"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(parts.glob("part-*.h5"))) < 1 and process.poll() is None:
+    # a part counts once its record is written (a part renamed but not yet recorded is redone, not kept)
+    while time.monotonic() < deadline and not list(parts.glob("part-*.h5.record.json")) and process.poll() is None:
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 143, err
     assert "Traceback" not in err and "terminated" in err and "--resume continues" in err, err
     assert list(parts.glob("part-*.h5")) and not (tmp_path / "out.hdf5").exists()
+
+
+def test_parts_cut_by_lines_alone_resume_as_they_were_cut(tmp_path, monkeypatch):
+    """Parts written before chunks were also bounded in bytes have no chunk_tokens in their manifest: a resume goes
+    on cutting by lines (refusing them would throw away hours of work for a flag the user cannot give)."""
+    import json
+
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "whole.hdf5", batch_size=4,
+               progress=False, chunk_size=4)
+    original = interrupt_after_chunks(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt):
+        embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4,
+                   progress=False, chunk_size=4)
+    manifest = tmp_path / "out.hdf5.parts" / "manifest.json"
+    record = json.loads(manifest.read_text())
+    del record["identity"]["chunk_tokens"]  # as an older elmo wrote it
+    manifest.write_text(json.dumps(record))
+    monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
+    embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4,
+               progress=False, resume=True, chunk_size=4)
+    whole, resumed = _read(tmp_path / "whole.hdf5"), _read(tmp_path / "out.hdf5")
+    assert all(np.array_equal(whole[k], resumed[k]) for k in whole if k != "sentence_to_index")

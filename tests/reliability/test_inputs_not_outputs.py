@@ -174,3 +174,10 @@ def test_the_python_api_never_writes_over_the_models_own_files(tmp_path):
                 dump_token_embeddings(embedder.bilm, tmp_path / "vocab.txt", tmp_path / name)
             assert digest(tmp_path / name) == before
     assert embedder.embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", progress=False) == 1
+    from elmo.embed_file import embed_file
+    from elmo.io.native import load_model
+    from elmo.io.official import load_official
+    for model, name in [(load_model(tmp_path / "ours"), "ours/model.safetensors"),
+                        (load_official(tmp_path / "options.json", tmp_path / "weights.hdf5"), "weights.hdf5")]:
+        with pytest.raises(UsageError, match="a file of the model in use"):  # the public loaders record them too
+            embed_file(model, tmp_path / "in.txt", tmp_path / name, progress=False)

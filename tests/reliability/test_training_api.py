@@ -192,6 +192,9 @@ def test_a_sentence_over_the_token_limit_is_refused_before_it_runs(trained, text
         zero_state_perplexity(model, vocab, [text])
     one_line(err, f"{text}, line 2", "6 tokens", "limit of 5")
     assert score(bilm, softmax, vocab, [long[:5]])  # at the limit: scored
+    # a generator is read once (the check had emptied it: no scores), token iterators are sentences too
+    assert score(bilm, softmax, vocab, (iter(s) for s in [["w1"], ["w2", "w1"]])) == score(
+        bilm, softmax, vocab, [["w1"], ["w2", "w1"]])
     assert perplexity(model, vocab, [text]).tokens == 10  # carried state: a long line is a stream, as in training
 
 
