@@ -10,6 +10,7 @@ from elmo.errors import UsageError
 from elmo.io.text_lines import sentence_lines
 from elmo.limits import is_digits
 from elmo.tasks.commands import FORMATS, check_format, evaluate_task, predict_task, train_task
+from elmo.tasks.train import load_task
 
 
 def cmd_task_train(args: argparse.Namespace) -> None:
@@ -28,6 +29,12 @@ def cmd_task_train(args: argparse.Namespace) -> None:
 
 
 def cmd_task_eval(args: argparse.Namespace) -> None:
+    if args.format is not None:  # a format the model's task cannot read: a command-line mistake, as for train
+        _, trained = load_task(args.task_model)  # a damaged model is its own one line (exit 1)
+        try:
+            check_format(trained.task, args.format)
+        except UsageError as err:
+            raise CommandLineError(str(err)) from None
     config, metric = evaluate_task(args.task_model, args.data, args.format, args.cache, args.max_items,
                                    progress=not args.quiet)
     print(f"{args.data}: {config.task} {config.metric} {metric:.4f} (input {config.input}, model {config.model})")

@@ -13,6 +13,7 @@ from elmo.embed import Embedder
 from elmo.errors import UsageError
 from elmo.io.atomic import new_folders
 from elmo.io.download import cache_dir
+from elmo.io.lock import lock_beside
 from elmo.io.load import load_files
 from elmo.io.resolve import reference, resolve_reference
 from elmo.tasks import readers
@@ -140,7 +141,9 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
         model = reference(model)
     if tokenize is None:
         tokenize = DEFAULT_TOKENIZE.get(fmt or "")
-    with new_folders(check_output_folder(out)):  # made up front (a bad path fails now); removed again on failure
+    # made up front (a bad path fails now), removed again on failure; one run at a time writes it (a second one
+    # would put its head under the first one's task.json)
+    with new_folders(check_output_folder(out)), lock_beside(Path(out)):
         train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
         dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
         _check_gold(task, dev_path, dev_gold)

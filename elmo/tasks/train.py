@@ -217,14 +217,16 @@ def prepare_output(out_dir: str | Path) -> Path:
 
 
 def save_task(out_dir: str | Path, head: torch.nn.Module, config: TaskConfig) -> Path:
-    """head.safetensors, then task.json (written last, carrying the head's hash, so a crash in between is seen)."""
+    """head.safetensors and task.json, which carries the hash of the very head written with it (taken from the
+    temporary file, not read back from the folder, where another writer's head may have arrived). Both are
+    written in full first and renamed in place one after the other, head first: an earlier model is replaced only
+    once the new pair is complete, and a pair mixed by a crash between the two renames is refused by ``load_task``."""
     out = prepare_output(out_dir)
-    with atomic_path(out / "head.safetensors") as tmp:  # the labels of its output rows ride along, in order
-        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(tmp),
-                  metadata={LABELS_KEY: json.dumps(config.labels, ensure_ascii=False)})
-    record = asdict(config) | {"head_sha256": file_sha256(out / "head.safetensors")}
-    with atomic_path(out / "task.json") as tmp:
-        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with atomic_path(out / "task.json") as record_tmp, atomic_path(out / "head.safetensors") as head_tmp:
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(head_tmp),
+                  metadata={LABELS_KEY: json.dumps(config.labels, ensure_ascii=False)})  # labels ride along, in order
+        record = asdict(config) | {"head_sha256": file_sha256(head_tmp)}
+        record_tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out
 
 

@@ -170,3 +170,57 @@ def test_an_example_the_tokenizer_empties_is_named_with_its_text(task, tmp_path)
     embedder = Embedder.from_pretrained(task[2], tokenizer=lambda text: [w for w in text.split() if w.isalpha()])
     with pytest.raises(ElmoError, match=r"data.tsv: example 2 \(counting examples from 1, not lines\), '\.\.\. !'"):
         features_for(embedder, ["good film", "... !"], tmp_path, False, "data.tsv")
+
+
+def test_a_head_arriving_from_another_writer_is_not_taken_for_this_ones(task, tmp_path, monkeypatch):
+    """save_task hashed head.safetensors read back from the folder: a second run's head renamed in meanwhile got
+    this run's task.json (its seed, epochs, learning rate), both exit 0, and the pair loaded."""
+    import elmo.tasks.train as train_module
+
+    out, data, model = task
+    copy = _copy(out, tmp_path)
+    head, config = load_task(copy)
+    original = train_module.file_sha256
+
+    def meanwhile(path):
+        (copy / "head.safetensors").write_bytes((out / "head.safetensors").read_bytes()[:-8] + b"\x00" * 8)
+        return original(path)
+
+    monkeypatch.setattr(train_module, "file_sha256", meanwhile)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.add_(1.0)  # another head than the folder's
+    train_module.save_task(copy, head, config)
+    monkeypatch.undo()
+    saved, _ = load_task(copy)  # this run's head under this run's record
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), head.state_dict().values()))
+
+
+def test_two_task_runs_into_one_folder_are_refused(task, tmp_path):
+    """Nothing locked --out: two runs at once could leave one run's head under the other's task.json."""
+    import subprocess
+    import sys
+
+    from tests.reliability.tiny import ROOT
+
+    out, data, model = task
+    target = tmp_path / "busy"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from elmo.io.lock import lock_beside\n"
+                               f"with lock_beside({str(target)!r}):\n print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)  # another run writing it
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ElmoError, match="in use by pid"):
+            train_task("classify", data, data, target, model=str(model), epochs=1, hidden_dim=8,
+                       cache=tmp_path / "cache", progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not target.exists()
+
+
+def test_task_eval_with_a_format_its_task_cannot_read_is_a_usage_error(task, capsys):
+    """`task eval POS_MODEL --format tsv` exited 1 where `task train classify --format conllu` exits 2."""
+    out, data, model = task
+    rc, err = cli(capsys, "task", "eval", out, "--data", data, "--format", "conllu", "--quiet")
+    assert rc == 2 and "does not fit" in err and "Traceback" not in err
