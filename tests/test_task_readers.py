@@ -498,3 +498,14 @@ def test_a_wsd_probe_over_a_sentence_without_words_names_the_file(tmp_path):
         probe_wsd(None, xml, no_keys, xml, keys, index, tmp_path / "cache")
     with pytest.raises(DataFormatError, match="no sense in the file"):
         probe_wsd(None, xml, keys, xml, keys, write(tmp_path / "empty.sense", "\n"), tmp_path / "cache")
+
+
+def test_a_tsv_header_without_the_columns_says_what_to_rename(tmp_path):
+    """The advice was Python's text_column=/label_column=, which the command line has no flag for (NSMC's own
+    header is `id document label`)."""
+    from elmo.tasks.readers.classification import read_label_text_tsv
+
+    path = tmp_path / "nsmc.tsv"
+    path.write_text("id\tdocument\tlabel\n1\tgood film\t1\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="rename the header's columns to 'text' and 'label'"):
+        read_label_text_tsv(path)

@@ -138,7 +138,9 @@ def read_label_text_tsv(path: str | Path, text_column: str = "text",
     missing = [name for name in (text_column, label_column) if name not in header]
     if missing:
         raise DataFormatError(path, 1, f"no column {', '.join(map(repr, missing))} in the header (columns found: "
-                              f"{', '.join(map(repr, header))})", "pass text_column=/label_column= matching the header")
+                              f"{', '.join(map(repr, header))})",
+                              f"rename the header's columns to {text_column!r} and {label_column!r} (NSMC's "
+                              f"'document' is its text), or from Python pass text_column=/label_column=")
     repeated = [name for name in (text_column, label_column) if header.count(name) > 1]
     if repeated:
         raise DataFormatError(path, 1, f"the header names column {repeated[0]!r} {header.count(repeated[0])} times",
