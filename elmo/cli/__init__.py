@@ -19,6 +19,7 @@ import argparse
 import gc
 import os
 import sys
+import time
 import warnings
 
 from elmo import __version__
@@ -93,7 +94,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
         return 0
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Terminated)
         terminated = isinstance(err, Terminated)
-        _say_error(f"{command}: {'terminated' if terminated else 'interrupted'}")  # under torchrun: one line
+        _say_error(f"{command}: {'terminated' if terminated else 'interrupted'}", failure=False)  # torchrun: one
         return EXIT_CODES["SIGTERM" if terminated else "SIGINT"]
     except (CommandLineError, FolderInUseError) as err:  # a wrong command line: an output folder it cannot use too
         if args.debug:
@@ -108,10 +109,19 @@ def _run(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def _say_error(line: str) -> None:
-    """An error's one line on stderr; under torchrun, from the first process only: every process meets the same
-    arguments and files, and N copies of the line would read as N problems (the exit code is each process's own)."""
+FIRST_PROCESS_GRACE_S = 2.0  # under torchrun, how long another process's error waits for the first's line
+
+
+def _say_error(line: str, failure: bool = True) -> None:
+    """An error's one line on stderr; under torchrun, from the first process: every process meets the same
+    arguments and files, and N copies of the line would read as N problems (the exit code is each process's own).
+    Another process that fails (``failure``) waits a moment first: when the first process fails alike, torchrun
+    stops this one and the first's line is the only one (otherwise the first, stopped by torchrun, would say only
+    "terminated"); when it does not, this process's line follows, naming it."""
     rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE")
     consistent = is_digits(rank) and world is not None and is_digits(world) and int(rank) < int(world)
     if rank == "0" or not consistent:  # not torchrun's environment (a stray RANK=3): no first process would say it
         print(line, file=sys.stderr)
+    elif failure:
+        time.sleep(FIRST_PROCESS_GRACE_S)  # torchrun's SIGTERM ends this process here if the first one failed
+        print(f"{line} (process {rank})", file=sys.stderr)

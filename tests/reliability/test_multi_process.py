@@ -75,3 +75,20 @@ def test_a_stray_torchrun_environment_is_one_line(tmp_path, capsys, monkeypatch,
     assert rc == 1
     one_error_line(err, fragment, "unset")
     assert not (tmp_path / "run").exists()
+
+
+def test_another_process_error_waits_for_the_first_then_names_itself(monkeypatch, capsys):
+    """Under --nproc a second process that failed first was silent, and torchrun then stopped the first, whose only
+    line was "terminated" (the real error lost). It now waits for the first's line (torchrun stops it when the first
+    fails alike) and otherwise says its own, naming the process."""
+    import elmo.cli as cli_module
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    waited = []
+    monkeypatch.setattr(cli_module.time, "sleep", waited.append)
+    cli_module._say_error("elmo train: error: something only process 1 met")
+    assert waited == [cli_module.FIRST_PROCESS_GRACE_S]
+    assert capsys.readouterr().err == "elmo train: error: something only process 1 met (process 1)\n"
+    cli_module._say_error("elmo train: terminated", failure=False)  # a stop: the first process says it, once
+    assert capsys.readouterr().err == "" and len(waited) == 1
