@@ -229,8 +229,8 @@ def _check_keys(input_path: str | Path, errors: str, npz: bool) -> None:
     an unusable sentence near the end of a long file would otherwise stop the run there, and no resume could pass
     it."""
     seen: set[str] = set()
-    for number, text in numbered_lines(input_path, errors, MAX_LINE_BYTES):
-        _dataset_key(Line(number - 1, text.strip(), []), True, seen, input_path, npz)
+    for line in read_lines(input_path, errors):
+        _dataset_key(line, True, seen, input_path, npz)
 
 
 def _chunking(engine: InferenceEngine, layers: OutputLayers, batch_size: int, chunk_size: int | None,

@@ -73,8 +73,9 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
     if target.is_file() and not fresh and (not verify or file_sha256(target) == sha256):
         return target
     if target.is_symlink():
-        raise DownloadError(f"{target}: a symbolic link{_does_not_match(verify, fresh)}; elmo writes no file through "
-                            f"a link in its cache: remove the link (the file it points to stays) to download again")
+        why = "whose file does not match the pinned sha256" if verify else "to a file that was never verified"
+        raise DownloadError(f"{target}: a symbolic link {why}; elmo writes no file through a link in its cache: "
+                            f"remove the link (the file it points to stays) to download again")
     remove_stale_temporaries(target.parent, f".{target.name}.")  # an earlier download of it killed midway
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_path(target) as tmp:
@@ -103,11 +104,6 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
                             f"local files (--options/--weights, or a folder holding them as --model or --init-from)"
                             ) from None
     return target
-
-
-def _does_not_match(verify: bool, fresh: bool) -> str:
-    """Why a link in the cache is not used: how ``fetch`` tells the user."""
-    return " whose file does not match the pinned sha256" if verify else " to a file that was never verified"
 
 
 def _declared_length(response) -> int | None:
