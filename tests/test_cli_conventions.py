@@ -121,6 +121,12 @@ def test_usage_errors_exit_2(capsys, tmp_path):
     assert main(["info", "--no-such-flag"]) == 2
     assert main(["nonsense"]) == 2
     capsys.readouterr()
+    assert main(["embed", "--batch-size", "x", "in.txt", "out.hdf5", "--top"]) == 2
+    assert capsys.readouterr().err == ("elmo embed: error: argument --batch-size: expected a whole number, got 'x' "
+                                       "(usage: elmo embed --help)\n")  # one line: no usage block above it
+    assert main(["task", "train"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("elmo task train: error: the following arguments are required")
     assert main(["info", "--model", "en", *MODEL]) == 2  # options that do not go together
     assert capsys.readouterr().err == "elmo info: error: give either --model or --options and --weights, not both\n"
     assert main(["info", "--options", str(OPTIONS)]) == 2

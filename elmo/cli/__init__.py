@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import warnings
+from typing import NoReturn
 
 from elmo import __version__
 from elmo.cli import cache, context, embed, probes, tasks, train
@@ -36,9 +37,18 @@ from elmo.limits import is_digits
 __all__ = ["STDIO", "CommandLineError", "build_parser", "configure_logging", "main"]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line, as every other error (argparse prints its whole usage block
+    above it): what is wrong and where the usage is. Every command's parser is one (``add_subparsers`` makes its
+    children of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``elmo`` argument parser: every command, its arguments and their help."""
-    parser = argparse.ArgumentParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.",
+    parser = OneLineParser(prog="elmo", description="ELMo contextual word vectors in PyTorch.",
                                      epilog="exit codes: 0 done, 1 error (one line; --debug for the traceback), "
                                             "2 usage error, 130 interrupted")
     parser.add_argument("--version", action="version", version=f"elmo {__version__}")
