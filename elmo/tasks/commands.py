@@ -62,26 +62,32 @@ def check_format(task: str, fmt: str | None) -> str:
 
 
 def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items: int | None = None,
-                  ) -> tuple[list, list[str] | list[list[str]]]:
-    """(inputs, gold labels): token lists and tag lists for taggers, raw texts and labels for classification."""
+                  ) -> tuple[list, list[str] | list[list[str]], list[int]]:
+    """(inputs, gold labels, lines): token lists and tag lists for taggers, raw texts and labels for
+    classification; ``lines[i]``: the line of the file example i was read from (0 where the format does not say)."""
     fmt = check_format(task, fmt)
     items = FORMATS[fmt](path)[:max_items]
     if not items:
         raise UsageError(f"{path}: no examples read (format {fmt})")
+    lines = [getattr(item, "line", 0) for item in items]
     if fmt in TAGGED:
-        return [s.tokens for s in items], [s.tags for s in items]
-    return [s.text for s in items], [s.label for s in items]
+        return [s.tokens for s in items], [s.tags for s in items], lines
+    return [s.text for s in items], [s.label for s in items], lines
 
 
 def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, progress: bool,
-                 source: str | Path = "input") -> tuple[FeatureCache, list[list[str]]]:
+                 source: str | Path = "input", lines: list[int] | None = None,
+                 ) -> tuple[FeatureCache, list[list[str]]]:
+    """The features of every example (all layers, cached by content) and its tokens; an example the tokenizer
+    leaves no token of is refused, named by its line where ``lines`` knows it."""
     token_lists = embedder.tokenize(inputs)
     empty = [i for i, t in enumerate(token_lists) if not t]
     if empty:
         text = inputs[empty[0]] if isinstance(inputs[empty[0]], str) else " ".join(inputs[empty[0]])
         shown = repr(text if len(text) <= 60 else text[:57] + "...")
-        raise UsageError(f"{source}: example {empty[0] + 1} (counting examples from 1, not lines), {shown}, has no "
-                         f"tokens after tokenisation; remove it")
+        line = lines[empty[0]] if lines else 0
+        place = f"line {line}" if line else f"example {empty[0] + 1} (counting examples from 1, not lines)"
+        raise UsageError(f"{source}: {place}, {shown}, has no tokens after tokenisation; remove it")
     return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
 
 
@@ -144,8 +150,8 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
     # made up front (a bad path fails now), removed again on failure; one run at a time writes it (a second one
     # would put its head under the first one's task.json)
     with new_folders(check_output_folder(out)), lock_beside(Path(out)):
-        train_inputs, train_gold = read_examples(task, train_path, fmt, max_items)
-        dev_inputs, dev_gold = read_examples(task, dev_path, fmt, max_dev)
+        train_inputs, train_gold, train_lines = read_examples(task, train_path, fmt, max_items)
+        dev_inputs, dev_gold, dev_lines = read_examples(task, dev_path, fmt, max_dev)
         _check_gold(task, dev_path, dev_gold)
         labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
         _check_two_labels(labels, train_path, dev_path)
@@ -155,8 +161,8 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
                           f"{', '.join(dev_only[:5])}{' ...' if len(dev_only) > 5 else ''}")
         embedder = _embedder(model, tokenize)
         LayerInput(embedder.bilm.config.n_output_layers, input_mode)  # a bad --input fails before any embedding
-        train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path)
-        dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path)
+        train_cache, _ = features_for(embedder, train_inputs, cache, progress, train_path, train_lines)
+        dev_cache, _ = features_for(embedder, dev_inputs, cache, progress, dev_path, dev_lines)
         _warn_if_look_alike(labels)
         config = TaskConfig(task=task, labels=labels, n_layers=train_cache.n_layers, dim=train_cache.dim,
                             input=input_mode, model=model, tokenize=tokenize,
@@ -174,13 +180,13 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
     """The saved head's metric (F1 or accuracy) on a labelled file (read in the training data's format unless
     ``fmt`` is given)."""
     head, config = load_task(task_dir)
-    inputs, gold = read_examples(config.task, data, fmt or config.data_format, max_items)
+    inputs, gold, lines = read_examples(config.task, data, fmt or config.data_format, max_items)
     _check_gold(config.task, data, gold)
     unknown = sorted(_label_set(gold) - set(config.labels))
     if unknown:  # the head can never predict them: they count as errors (and, for NER, as missed spans)
         warnings.warn(f"{data}: {len(unknown)} label(s) the model never saw in training count as errors: "
                       f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
-    features, _ = features_for(_checked_embedder(config), inputs, cache, progress, data)
+    features, _ = features_for(_checked_embedder(config), inputs, cache, progress, data, lines)
     scoring = replace(config, labels=config.labels + unknown)  # gold may use the extra labels; predictions cannot
     return config, score(scoring, predict(head, features), _encode(scoring.labels, gold))
 

@@ -111,7 +111,7 @@ def test_ner_gold_without_an_entity_is_refused_naming_the_file(model, tmp_path, 
 def _evaluated(task, data):
     """(tokens, tags) per example as `task eval` reads and predicts them."""
     head, config = load_task(task)
-    inputs, _ = read_examples(config.task, data, config.data_format)
+    inputs, _, _ = read_examples(config.task, data, config.data_format)
     features, tokens = features_for(_checked_embedder(config), inputs, task.parent / "c", False)
     return [list(zip(t, (config.labels[i] for i in p))) for t, p in zip(tokens, predict(head, features))]
 

@@ -172,6 +172,20 @@ def test_an_example_the_tokenizer_empties_is_named_with_its_text(task, tmp_path)
         features_for(embedder, ["good film", "... !"], tmp_path, False, "data.tsv")
 
 
+def test_an_example_the_tokenizer_empties_is_named_by_its_line(task, tmp_path):
+    """A file's example was named by its number among the examples ("example 2"), which a user has to count out in
+    a file with a header and blank lines; the readers give each example's line now."""
+    from elmo.tasks.commands import features_for, read_examples
+
+    data = tmp_path / "data.tsv"
+    data.write_text("id\ttext\tlabel\n1\tgood film\t1\n\n2\t... !\t0\n", encoding="utf-8")
+    inputs, _, lines = read_examples("classify", data, "tsv")
+    assert lines == [2, 4]
+    embedder = Embedder.from_pretrained(task[2], tokenizer=lambda text: [w for w in text.split() if w.isalpha()])
+    with pytest.raises(ElmoError, match=r"data.tsv: line 4, '\.\.\. !', has no tokens"):
+        features_for(embedder, inputs, tmp_path, False, data, lines)
+
+
 def test_a_head_arriving_from_another_writer_is_not_taken_for_this_ones(task, tmp_path, monkeypatch):
     """save_task hashed head.safetensors read back from the folder: a second run's head renamed in meanwhile got
     this run's task.json (its seed, epochs, learning rate), both exit 0, and the pair loaded."""

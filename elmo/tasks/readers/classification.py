@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from elmo.limits import is_digits
@@ -17,6 +17,7 @@ class LabelledText:
 
     text: str
     label: str
+    line: int = field(default=0, compare=False)  # where it is in its file, counting from 1 (0: not from a file)
 
 
 # ---- SST ---------------------------------------------------------------------------------------------------------
@@ -39,7 +40,7 @@ def read_sst_trees(path: str | Path) -> list[LabelledText]:
         if is_blank(line):
             continue
         label, leaves = _parse_tree(line, path, number)
-        items.append(LabelledText(" ".join(leaves), label))
+        items.append(LabelledText(" ".join(leaves), label, number))
     return items
 
 
@@ -109,7 +110,7 @@ def read_stsa(path: str | Path) -> list[LabelledText]:
         if not is_digits(label) or not text.strip():
             raise DataFormatError(path, number, f"expected 'label sentence', found {line[:60]!r}",
                                   "each line must be a numeric label, one space, then the sentence")
-        items.append(LabelledText(" ".join(_unescape_ptb_leaf(t) for t in text.split(" ")), label))
+        items.append(LabelledText(" ".join(_unescape_ptb_leaf(t) for t in text.split(" ")), label, number))
     return items
 
 
@@ -158,5 +159,5 @@ def read_label_text_tsv(path: str | Path, text_column: str = "text",
             raise DataFormatError(path, number, f"empty {label_column!r}", "give every line its label")
         if not fields[text_at].strip():
             raise DataFormatError(path, number, f"empty {text_column!r}", "remove the line or give it its text")
-        items.append(LabelledText(fields[text_at], fields[label_at]))
+        items.append(LabelledText(fields[text_at], fields[label_at], number))
     return items
