@@ -5,6 +5,7 @@ through ``elmo.io.load`` (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import inspect
 from numbers import Real
 from pathlib import Path
 from typing import Literal, Sequence
@@ -34,7 +35,7 @@ def _check_arguments(output: str, num_output_representations: int, dropout: floa
     if not is_whole(num_output_representations, 1, MAX_READOUTS):
         raise UsageError(f"Elmo: num_output_representations must be a whole number from 1 to {MAX_READOUTS:,}, "
                          f"got {num_output_representations!r}")
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+    if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0.0 <= dropout < 1.0:  # numpy's too
         raise UsageError(f"Elmo: dropout must be a number in [0, 1), got {dropout!r}")
     do_layer_norm = check_flag(do_layer_norm, "do_layer_norm", "Elmo")
     if output == "projection" and (do_layer_norm or scalar_mix_parameters is not None):
@@ -54,11 +55,12 @@ class Elmo(nn.Module):
     The biLM is frozen (and run without autograd) unless ``requires_grad=True``. Returns a dict with keys
     ``elmo_representations`` and ``mask``, the same as AllenNLP's ``Elmo``.
 
-    A frozen biLM (or any biLM under ``torch.no_grad()``) runs through an ``InferenceEngine`` (packed matrices,
-    remembered token vectors) built on the first call from the weights as they are then, and built again whenever
-    they have changed since: an optimizer step or any other in-place change, ``load_state_dict``, ``.to()``, new
-    parameter tensors; a change through ``.data`` (which PyTorch does not count) needs ``drop_engine()``. Once any
-    biLM parameter requires a gradient, the biLM itself runs (with autograd) wherever gradients are enabled.
+    A frozen biLM runs through an ``InferenceEngine`` (packed matrices, remembered token vectors) built on the first
+    call from the weights as they are then, and built again whenever they have changed since: an in-place change,
+    ``load_state_dict``, ``.to()``/``.half()``, new parameter tensors or storage (``p.data = ...``). A change that
+    PyTorch does not count (``p.data.copy_(...)``) needs ``drop_engine()``. Once any biLM parameter requires a
+    gradient, the biLM itself runs, with autograd where gradients are enabled and without under ``torch.no_grad()``:
+    an optimizer may change weights it trains without a trace (a fused step), so no snapshot of them is used.
     """
 
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
@@ -82,12 +84,12 @@ class Elmo(nn.Module):
         self.bilm = bilm
         self.cache_words = None if vocab_to_cache is None else word_list(vocab_to_cache)  # None: the biLM's own
         self._engine: InferenceEngine | None = None
-        self._engine_weights: tuple[tuple[int, int], ...] = ()
+        self._engine_weights: tuple = ()
         for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
             p.requires_grad_(requires_grad)
         self.output = output
         self.keep_sentence_boundaries = keep_sentence_boundaries
-        self.dropout = nn.Dropout(p=dropout)
+        self.dropout = nn.Dropout(p=float(dropout))
         n_layers = bilm.config.n_output_layers
         if output == "mix":
             # fixed, non-trainable weights when scalar_mix_parameters is given (AllenNLP's meaning)
@@ -112,6 +114,10 @@ class Elmo(nn.Module):
             raise UsageError("Elmo.from_pretrained: give a model (a name or a folder) or options= and weights=, not "
                              "both; AllenNLP's Elmo(options_file, weight_file, n) is Elmo.from_pretrained("
                              "options=options_file, weights=weight_file, num_output_representations=n)")
+        unknown = sorted(set(kwargs) - set(inspect.signature(cls.__init__).parameters) - {"self", "bilm"})
+        if unknown:  # before the model is read, and in one line
+            raise UsageError(f"Elmo.from_pretrained: no argument {unknown[0]!r}; the others are Elmo's own "
+                             f"(num_output_representations, requires_grad, dropout, output, ...)")
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
     def __getstate__(self) -> dict:
@@ -119,10 +125,12 @@ class Elmo(nn.Module):
         own on first use."""
         return {**self.__dict__, "_engine": None}
 
-    def _weights_version(self) -> tuple[tuple[int, int], ...]:
-        """Which tensors the biLM's parameters are and how often each was changed in place (an optimizer step,
-        ``load_state_dict``, a manual ``copy_``): the engine is a snapshot, rebuilt when this differs."""
-        return tuple((id(p), 0 if p.is_inference() else p._version) for p in self.bilm.parameters())
+    def _weights_version(self) -> tuple:
+        """Which tensors and storage the biLM's parameters are, their types, how often each was changed in place (a
+        ``copy_``, an optimizer step) and how often the biLM loaded a state dict (tensors made under
+        ``torch.inference_mode()`` count no changes): the engine is a snapshot, rebuilt when this differs."""
+        return (self.bilm.state_loads,) + tuple(
+            (id(p), p.data_ptr(), p.dtype, 0 if p.is_inference() else p._version) for p in self.bilm.parameters())
 
     def drop_engine(self) -> None:
         """Forget the inference engine (the next frozen call builds a new one from the weights as they are)."""
@@ -137,11 +145,6 @@ class Elmo(nn.Module):
     def load_state_dict(self, *args, **kwargs):
         self._engine = None  # new weights
         return super().load_state_dict(*args, **kwargs)
-
-    def train(self, mode: bool = True) -> "Elmo":
-        if not mode:
-            self._engine = None  # evaluation after training: see the weights as they are now
-        return super().train(mode)
 
     def _apply(self, fn, *args, **kwargs):
         self._engine = None  # moved or cast weights
@@ -166,9 +169,19 @@ class Elmo(nn.Module):
         terms = [r.weights.pow(2).sum() for r in self.readouts if isinstance(r, ScalarMix) and r.weights.requires_grad]
         return coef * torch.stack(terms).sum() if terms else torch.zeros(())
 
-    def forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
+    def forward(self, char_ids: torch.Tensor | None = None, word_inputs: torch.Tensor | None = None, *,
+                inputs: torch.Tensor | None = None) -> dict[str, list[torch.Tensor] | torch.Tensor]:
         """char_ids (B, T, W) from ``batch_to_ids``, or (..., T, W) with more leading axes (several passages or
-        choices per example): the outputs then have the same leading axes, (..., T, D), and the mask (..., T)."""
+        choices per example): the outputs then have the same leading axes, (..., T, D), and the mask (..., T).
+        ``inputs=`` is AllenNLP's name for them; AllenNLP's ``word_inputs`` (word ids into ``vocab_to_cache``) are
+        refused: here the cache speeds up character ids, which are always the input."""
+        if word_inputs is not None:
+            raise UsageError("Elmo takes character ids only (batch_to_ids(sentences)), not AllenNLP's word_inputs: "
+                             "vocab_to_cache here precomputes the words' vectors for character-id input")
+        if inputs is not None:
+            if char_ids is not None:
+                raise UsageError("Elmo: give the character ids once (positionally, or as inputs=), not both")
+            char_ids = inputs
         if not isinstance(char_ids, torch.Tensor) or char_ids.dim() < 3:
             raise InputTypeError("Elmo takes character ids (batch, tokens, characters): pass batch_to_ids(sentences), "
                             f"not {type(char_ids).__name__}"
@@ -186,8 +199,8 @@ class Elmo(nn.Module):
 
     def _forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
         # the parameters' own flags decide, so unfreezing them after construction (as with AllenNLP) fine-tunes
-        tune = any(p.requires_grad for p in self.bilm.parameters())
-        if tune and torch.is_grad_enabled():
+        if any(p.requires_grad for p in self.bilm.parameters()):
+            self._engine = None  # an optimizer may change these weights uncounted: no snapshot outlives tuning
             out = self.bilm(char_ids)
         else:
             weights = self._weights_version()
@@ -195,7 +208,7 @@ class Elmo(nn.Module):
                 self._engine = InferenceEngine.build(self.bilm, cache_words=self.cache_words,
                                                     device=char_ids.device)
                 # stateful mode: one stream of carried states whichever path runs, kept when the engine is rebuilt
-                # (.eval(), a fine-tuning step), as AllenNLP's one encoder keeps them
+                # (after fine-tuning, new weights), as AllenNLP's one encoder keeps them
                 self._engine.carrier = self.bilm.state_carrier
                 self._engine_weights = weights
             out = self._engine(char_ids)

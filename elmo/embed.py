@@ -56,6 +56,9 @@ class Embedder:
     most ``max_batch_size`` rows, then returned in the order given. ``tokenizer`` (a function or a name: "en",
     "ko", "ko-morph", "whitespace") splits raw-text input; by default it is the model's own (``bilm.tokenizer_name``,
     set by the loaders; whitespace when the model has none), so raw text is split as the model's training text was.
+    ``mix_weights`` (one per layer, token layer first) are pre-softmax values, as AllenNLP's
+    ``scalar_mix_parameters``: ``layers="mix"`` is ``gamma`` x the sum of ``softmax(mix_weights)[k]`` x layer k, so
+    ``[0, 0, 0]`` is the average and ``[1, 2, 3]`` weighs the layers 0.09, 0.24, 0.67 (None: equal weights).
 
     The biLM itself is not changed (not moved, not put in eval mode): the embedder runs an ``InferenceEngine`` built
     from its weights as they are now (``embedder.engine``); after changing them, call ``embedder.engine.rebuild()``.
@@ -273,7 +276,11 @@ class Embedder:
                 raise InputTypeError(f"sentence {first + index}: expected a string or a list of tokens, got "
                                 f"{type(sentence).__name__}")
             else:
-                out.append(list(sentence))
+                tokens = list(sentence)
+                bad = next((position for position, token in enumerate(tokens) if not isinstance(token, str)), None)
+                if bad is not None:  # here, where the sentence's place in the input is known (batches are sorted)
+                    raise InputTypeError(f"sentence {first + index}, token {bad}: {tokens[bad]!r} is not a string")
+                out.append(tokens)
         return out
 
     def batches(self, token_lists: Sequence[Sequence[str]], batch_size: int | None = None) -> Iterator[list[int]]:

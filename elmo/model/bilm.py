@@ -73,6 +73,9 @@ class BiLM(nn.Module):
         self.cache_words: list[str] | None = None
         # the files the loader read the weights from (none for a model made in memory): no output may replace one
         self.source_files: tuple[Path, ...] = ()
+        # how many state dicts were loaded: an engine built earlier is out of date (PyTorch counts no change to
+        # tensors made under torch.inference_mode())
+        self.state_loads = 0
 
     @classmethod
     def from_config(cls, config: ElmoConfig, stateful: bool = False) -> "BiLM":
@@ -81,6 +84,12 @@ class BiLM(nn.Module):
         stack = lambda: build_lstm_stack(l.projection_dim, l.dim, l.projection_dim, l.n_layers, l.cell_clip,
                                          l.proj_clip, l.use_skip_connections)
         return cls(config, CharEncoder(config.char_cnn, l.projection_dim), stack(), stack(), stateful=stateful)
+
+    def load_state_dict(self, *args, **kwargs):
+        """``nn.Module.load_state_dict``, counted in ``state_loads``."""
+        result = super().load_state_dict(*args, **kwargs)
+        self.state_loads += 1
+        return result
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""
@@ -166,6 +175,7 @@ def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def remove_sentence_boundaries(tensor: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop ``<S>`` and ``</S>``: (B, T + 2, D) and mask (B, T + 2) -> (B, T, D) zero-padded and mask (B, T)."""
+    """Drop ``<S>`` and ``</S>``: (B, T + 2, D) and mask (B, T + 2) -> (B, T, D) zero-padded and mask (B, T).
+    The padding is set to zero, not multiplied by it: a NaN or infinity there (a caller's own tensor) stays out."""
     new_mask = mask[:, 2:]  # position t + 2 is inside the row iff token t exists
-    return tensor[:, 1:-1] * new_mask.unsqueeze(-1).to(tensor.dtype), new_mask
+    return tensor[:, 1:-1].masked_fill(~new_mask.bool().unsqueeze(-1), 0), new_mask  # (B, T, D)

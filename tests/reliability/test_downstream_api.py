@@ -146,3 +146,106 @@ def test_batch_to_ids_refuses_sets():
         batch_to_ids([{"the", "bank", "closed"}])
     with pytest.raises(ElmoError, match="a set of sentences has no order"):
         batch_to_ids({("the", "bank"), ("a", "river")})
+
+
+def _fresh_mix(bilm, ids) -> torch.Tensor:
+    """What a new frozen Elmo over the same biLM weights gives: no engine built before."""
+    copy = random_bilm(small_config())
+    copy.load_state_dict({k: v.clone().float() for k, v in bilm.state_dict().items()})
+    with torch.no_grad():
+        return Elmo(copy, dropout=0.0)(ids)["elmo_representations"][0]
+
+
+@pytest.mark.parametrize("change", ["fused AdamW", "vector_to_parameters"])
+def test_a_tuned_bilm_under_no_grad_runs_on_its_current_weights(change):
+    """A fused optimizer step and ``vector_to_parameters`` change the weights without PyTorch counting it: under
+    ``torch.no_grad()`` Elmo ran an engine built from the weights before them (2.4 off)."""
+    elmo = _elmo(requires_grad=True)
+    ids = batch_to_ids(BATCH)
+    with torch.no_grad():
+        before = elmo(ids)["elmo_representations"][0]
+    if change == "fused AdamW":
+        optimizer = torch.optim.AdamW(elmo.bilm.parameters(), lr=0.05, fused=True)
+        elmo(ids)["elmo_representations"][0].pow(2).sum().backward()
+        optimizer.step()
+    else:
+        vector = torch.nn.utils.parameters_to_vector(elmo.bilm.parameters())
+        torch.nn.utils.vector_to_parameters(vector * 1.5, elmo.bilm.parameters())
+    with torch.no_grad():
+        after = elmo(ids)["elmo_representations"][0]
+    assert (after - before).abs().max() > 1e-3
+    assert torch.allclose(after, _fresh_mix(elmo.bilm, ids), atol=1e-5)
+
+
+def test_new_parameter_storage_or_type_is_seen_by_a_frozen_elmo():
+    """``elmo.bilm.double()`` (the biLM's own cast, not Elmo's) kept running the float32 engine built before."""
+    elmo = _elmo()
+    ids = batch_to_ids(BATCH)
+    with torch.no_grad():
+        elmo(ids)
+        elmo.bilm.double()
+        out = elmo(ids)["elmo_representations"][0]
+    assert out.dtype == torch.float64
+
+
+def test_a_bilm_made_under_inference_mode_sees_a_loaded_state_dict():
+    """Tensors made under ``torch.inference_mode()`` count no in-place change: ``bilm.load_state_dict`` of other
+    weights went unseen and the engine of the first weights ran on."""
+    other = random_bilm(small_config(), seed=7)
+    ids = batch_to_ids(BATCH)
+    with torch.inference_mode():
+        elmo = Elmo(random_bilm(small_config()), dropout=0.0)
+        before = elmo(ids)["elmo_representations"][0].clone()
+        elmo.bilm.load_state_dict(other.state_dict())
+        after = elmo(ids)["elmo_representations"][0].clone()
+    assert (after - before).abs().max() > 1e-3
+    assert torch.allclose(after, _fresh_mix(other, ids), atol=1e-5)
+
+
+def test_eval_keeps_the_engine_of_unchanged_weights():
+    """``.eval()`` dropped the engine each time: every evaluation encoded the whole ``vocab_to_cache`` again."""
+    elmo = _elmo(vocab_to_cache=["bank", "river"])
+    ids = batch_to_ids(BATCH)
+    with torch.no_grad():
+        elmo(ids)
+        engine = elmo._engine
+        elmo.train()
+        elmo.eval()
+        elmo(ids)
+    assert elmo._engine is engine
+
+
+def test_padding_that_is_not_finite_stays_out_of_the_unpadded_tensor():
+    """AllenNLP copies the real positions into zeros; multiplying by the mask turned NaN or -inf padding into NaN."""
+    from elmo import remove_sentence_boundaries
+
+    tensor = torch.full((2, 5, 3), float("nan"))
+    tensor[0] = 1.0
+    tensor[1, :3] = 2.0
+    tensor[1, 3:] = float("-inf")
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])  # AllenNLP's long masks
+    out, new_mask = remove_sentence_boundaries(tensor, mask)
+    assert torch.isfinite(out).all() and out[1, 1:].abs().sum() == 0 and (out[1, 0] == 2.0).all()
+    assert new_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_allennlps_forward_arguments_are_taken_or_refused_in_one_line():
+    """``elmo(inputs=ids)`` (AllenNLP's keyword) and ``elmo(ids, word_inputs)`` were TypeError tracebacks."""
+    elmo = _elmo()
+    ids = batch_to_ids(BATCH)
+    with torch.no_grad():
+        assert torch.equal(elmo(inputs=ids)["elmo_representations"][0], elmo(ids)["elmo_representations"][0])
+    with pytest.raises(ElmoError, match="not AllenNLP's word_inputs"):
+        elmo(ids, torch.zeros(3, 3, dtype=torch.long))
+    with pytest.raises(ElmoError, match="not both"):
+        elmo(ids, inputs=ids)
+
+
+def test_from_pretrained_names_an_argument_it_does_not_take():
+    with pytest.raises(ElmoError, match="Elmo.from_pretrained: no argument 'module'"):
+        Elmo.from_pretrained(options=OPTIONS, weights=WEIGHTS, module=None)
+
+
+def test_numpy_dropout_is_a_number():
+    """``dropout=np.float32(0.5)`` was refused as 'must be a number in [0, 1)'."""
+    assert Elmo(random_bilm(small_config()), dropout=np.float32(0.5)).dropout.p == 0.5

@@ -61,6 +61,16 @@ def test_sizes_and_types_are_checked_before_anything_is_built(model):
             pytest.fail(f"call {index} was taken")
 
 
+@pytest.mark.parametrize("method", ["embed", "encode", "embed_sentences"])
+def test_a_token_that_is_not_a_string_is_named_by_its_place_in_the_input(model, method):
+    """The check ran inside a batch sorted by length: the error named the row there ("sentence 0"), not the input's."""
+    embedder = Embedder.from_pretrained(model)
+    sentences = [["a"], ["a", "b"], ["the", "long", 7, "one"]]
+    with pytest.raises(ElmoError, match=r"^sentence 2, token 2: 7 is not a string$"):
+        result = getattr(embedder, method)(sentences)
+        list(result) if method == "embed_sentences" else result
+
+
 def test_text_with_carriage_returns_inside_lines_is_refused_where_it_is_read_as_sentences(tmp_path, capsys):
     (tmp_path / "cr.txt").write_bytes(b"the cat\rsat\r")
     (tmp_path / "crlf.txt").write_bytes(b"the cat\r\nsat\r\n")
