@@ -24,14 +24,14 @@ from tqdm.auto import tqdm
 
 from elmo.batching import Layers, length_batches, run_batch
 from elmo.devices import check_device
-from elmo.embed_file import NonFiniteVectorsError, check_errors, check_open_input, embed_file
+from elmo.embed_file import InputFileError, NonFiniteVectorsError, check_errors, check_open_input, embed_file
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.load import load_bilm
 from elmo.io.resolve import model_reference
 from elmo.model.bilm import BiLM
 from elmo.limits import MAX_TOKENS_PER_LINE, is_whole
 from elmo.model.engine import InferenceEngine
-from elmo.model.mix import check_layers, initial_mix, scalar_weights
+from elmo.model.mix import check_flag, check_layers, initial_mix, scalar_weights
 from elmo.text.tokenize import get_tokenizer, tokens_of
 
 Text = Union[str, Sequence[str], Sequence[Sequence[str]]]
@@ -93,8 +93,9 @@ class Embedder:
         self.max_tokens, self.max_batch_size = max_tokens, max_batch_size
         self.device = torch.device(device)
         n = bilm.config.n_output_layers
-        self.mix = scalar_weights(initial_mix(n, mix_weights, gamma, "mix_weights"), gamma)  # (L+1,) fixed
-        self.allow_non_finite = allow_non_finite  # NaN/inf vectors: a warning instead of an error
+        self.mix = scalar_weights(initial_mix(n, mix_weights, gamma, "mix_weights"), float(gamma))  # (L+1,) fixed
+        # NaN/inf vectors: a warning instead of an error
+        self.allow_non_finite = check_flag(allow_non_finite, "allow_non_finite", "Embedder")
         # "bf16" / "int8": faster, vectors a little off (BENCHMARKS.md); cache_words: their token layer precomputed
         self.engine = InferenceEngine.build(bilm, precision, cache_words, device)
 
@@ -167,6 +168,7 @@ class Embedder:
         if pooling not in ("mean", "max"):
             raise UsageError(f"pooling must be 'mean' or 'max' (for token vectors use embed or embed_padded), "
                              f"got {pooling!r}")
+        normalize = check_flag(normalize, "normalize", "encode")
         layers = check_layers(layers, self.bilm.config.n_output_layers)
         single, token_lists = self._token_lists(sentences, split_into_words)
         pooled = self._in_order(token_lists, layers, pooling, batch_size, progress)  # (2P,) or (L+1, 2P) each
@@ -217,6 +219,7 @@ class Embedder:
             raise InputTypeError(f"embed_sentences takes an iterable of sentences, got {type(sentences).__name__}; "
                                  f"for one string use embed_sentence")
         _check_batch_size(batch_size)
+        _refuse_set(sentences, "a set of sentences has no order, so the results could not be in input order")
         iterator, first = iter(sentences), 0
         while chunk := list(islice(iterator, batch_size)):
             yield from self._in_order(self.tokenize(chunk, first=first), "all", None, None, False, first)
@@ -239,22 +242,29 @@ class Embedder:
         write = partial(embed_file, self.engine, output_path=output_file_path, layers=output_format,
                         batch_size=batch_size, forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys,
                         errors=errors, progress=progress, device=self.device, tokenize=tokenize,
-                        model_name=self.model_name)
+                        model_name=self.model_name, non_finite="warn" if self.allow_non_finite else "error")
         if not hasattr(input_file, "read"):
             return write(input_file)
         check_errors(errors)  # the file is read twice (count, then embed): an open one is copied first
         check_open_input(input_file, output_file_path)  # the copy is another file: compare the user's
+        name = getattr(input_file, "name", "the open file")
         with tempfile.TemporaryDirectory() as folder:
             copy = Path(folder) / "input.txt"
-            mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
             try:
+                mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
                 with open(copy, mode, encoding=encoding) as out:
                     shutil.copyfileobj(input_file, out)
             except UnicodeEncodeError as err:  # a lone surrogate: text decoded with errors="surrogateescape"
-                raise UsageError(f"{getattr(input_file, 'name', 'the open file')}: holds "
-                                 f"{err.object[err.start:err.end]!r}, a lone surrogate, not text UTF-8 can hold "
-                                 f"(bytes decoded with errors='surrogateescape'?); open it as UTF-8, or in binary "
-                                 f"mode and pass errors='replace'") from None
+                raise UsageError(f"{name}: holds {err.object[err.start:err.end]!r}, a lone surrogate, not text "
+                                 f"UTF-8 can hold (bytes decoded with errors='surrogateescape'?); open it as UTF-8, "
+                                 f"or in binary mode and pass errors='replace'") from None
+            except (ValueError, OSError) as err:  # closed, or open for writing only (io.UnsupportedOperation)
+                raise UsageError(f"{name}: cannot be read ({err}); pass a file open for reading, or its path") from None
+            seen = getattr(input_file, "newlines", None)  # text mode turned these into line breaks while reading
+            if "\r" in ((seen,) if isinstance(seen, str) else seen or ()):
+                raise InputFileError(f"{name}: a carriage return (\\r) inside a line (old Mac line ends?), which "
+                                     f"reading in text mode made a line break; elmo reads one sentence per \\n: "
+                                     f"convert them first (tr '\\r' '\\n'), or pass the file's path")
             try:
                 return write(copy, resumable=False)
             except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
@@ -266,16 +276,18 @@ class Embedder:
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]], *, first: int = 0) -> list[list[str]]:
         """A batch as token lists: each string through the tokenizer, each token list as given. ``first``: the
         number of the batch's first sentence in the caller's input, so that an error names the right one."""
-        if isinstance(sentences, (str, bytes)) or sentences is None or not hasattr(sentences, "__iter__"):
+        if isinstance(sentences, (str, bytes)) or sentences is None or not _iterable(sentences):
             raise InputTypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
+        _refuse_set(sentences, "a set of sentences has no order, so the results could not be in input order")
         out = []
         for index, sentence in enumerate(sentences):
             if isinstance(sentence, str):
                 out.append(tokens_of(self.tokenizer, sentence))
-            elif isinstance(sentence, (bytes, type(None))) or not hasattr(sentence, "__iter__"):
+            elif isinstance(sentence, (bytes, type(None))) or not _iterable(sentence):
                 raise InputTypeError(f"sentence {first + index}: expected a string or a list of tokens, got "
                                 f"{type(sentence).__name__}")
             else:
+                _refuse_set(sentence, f"sentence {first + index} is a set, whose tokens have no order")
                 tokens = list(sentence)
                 bad = next((position for position, token in enumerate(tokens) if not isinstance(token, str)), None)
                 if bad is not None:  # here, where the sentence's place in the input is known (batches are sorted)
@@ -293,11 +305,15 @@ class Embedder:
 
     def embed_tokens(self, batch: Sequence[Sequence[str]], layers: Layers = "all",
                      pooling: str | None = None) -> list[np.ndarray]:
-        """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence."""
+        """One forward pass over ``batch`` as given (no sorting): a list of arrays, one per sentence. Checked as
+        ``embed`` checks: a sentence over the token limit is refused, NaN or infinite vectors are an error."""
         layers = check_layers(layers, self.bilm.config.n_output_layers)
         if pooling not in (None, "mean", "max"):
             raise UsageError(f"pooling must be None, 'mean' or 'max', got {pooling!r}")
-        return run_batch(self.engine, batch, layers, pooling, self.mix)
+        self._check_lengths(batch, 0)
+        arrays = run_batch(self.engine, batch, layers, pooling, self.mix)  # checks the rest (batch_to_ids)
+        self._check_finite(range(len(arrays)), arrays)
+        return arrays
 
     def _token_lists(self, sentences: Text, split_into_words: bool | None) -> tuple[bool, list[list[str]]]:
         """(one sentence given?, token lists) under the input contract (module docstring)."""
@@ -308,8 +324,9 @@ class Embedder:
                 raise InputTypeError("split_into_words=True takes tokens, got one string: pass its tokens "
                                      "(['He', 'went', ...]) or leave split_into_words out to tokenize the string")
             return True, [tokens_of(self.tokenizer, sentences)]
-        if isinstance(sentences, bytes) or sentences is None or not hasattr(sentences, "__iter__"):
+        if isinstance(sentences, bytes) or sentences is None or not _iterable(sentences):
             return False, self.tokenize(sentences)  # raises: says what a sentence list is
+        _refuse_set(sentences, "a set of sentences has no order, so the results could not be in input order")
         items = list(sentences)
         strings = [isinstance(item, str) for item in items]
         if split_into_words and items and all(strings):
@@ -339,23 +356,45 @@ class Embedder:
         so that ``embed``, ``encode`` and ``embed_padded`` give the same numbers. A sentence over
         ``MAX_TOKENS_PER_LINE`` tokens is refused before any work; NaN or infinite vectors are an error naming the
         sentences (``allow_non_finite=True``: a warning), numbered from ``first`` (``embed_sentences``' groups)."""
-        long = next((i for i, tokens in enumerate(token_lists) if len(tokens) > MAX_TOKENS_PER_LINE), None)
-        if long is not None:
-            raise UsageError(f"sentence {first + long}: {len(token_lists[long]):,} tokens, above the limit of "
-                             f"{MAX_TOKENS_PER_LINE:,}; split it into sentences")
+        self._check_lengths(token_lists, first)
         batches = self.batches(token_lists, batch_size)
         with tqdm(total=len(token_lists), unit="sent", disable=not progress) as bar:
             for indices in batches:
-                arrays = self.embed_tokens([token_lists[i] for i in indices], layers, pooling)
-                bad = [first + i for i, array in zip(indices, arrays) if not np.isfinite(array).all()]
-                if bad:
-                    message = (f"sentence{'s' if len(bad) > 1 else ''} {', '.join(map(str, sorted(bad)[:5]))}: NaN "
-                               f"or infinite vectors (the model's weights overflow float32 on them)")
-                    if not self.allow_non_finite:
-                        raise NonFiniteVectorsError(f"{message}; check the model, or pass allow_non_finite=True")
-                    logger.warning("%s; kept, as asked", message)
+                arrays = run_batch(self.engine, [token_lists[i] for i in indices], layers, pooling, self.mix)
+                self._check_finite([first + i for i in indices], arrays)
                 yield indices, arrays
                 bar.update(len(indices))
+
+    @staticmethod
+    def _check_lengths(token_lists: Sequence[Sequence[str]], first: int) -> None:
+        """A sentence over ``MAX_TOKENS_PER_LINE`` tokens is refused before any work."""
+        long = next((i for i, tokens in enumerate(token_lists)
+                     if hasattr(tokens, "__len__") and len(tokens) > MAX_TOKENS_PER_LINE), None)
+        if long is not None:
+            raise UsageError(f"sentence {first + long}: {len(token_lists[long]):,} tokens, above the limit of "
+                             f"{MAX_TOKENS_PER_LINE:,}; split it into sentences")
+
+    def _check_finite(self, numbers: Iterable[int], arrays: Sequence[np.ndarray]) -> None:
+        """NaN or infinite vectors: an error naming the sentences (their ``numbers`` in the input), or with
+        ``allow_non_finite`` a warning."""
+        bad = [number for number, array in zip(numbers, arrays) if not np.isfinite(array).all()]
+        if bad:
+            message = (f"sentence{'s' if len(bad) > 1 else ''} {', '.join(map(str, sorted(bad)[:5]))}: NaN "
+                       f"or infinite vectors (the model's weights overflow float32 on them)")
+            if not self.allow_non_finite:
+                raise NonFiniteVectorsError(f"{message}; check the model, or pass allow_non_finite=True")
+            logger.warning("%s; kept, as asked", message)
+
+
+def _iterable(value: object) -> bool:
+    """Iterable, as a sentence list or a token list is (a 0-d NumPy array has ``__iter__`` but cannot be)."""
+    return hasattr(value, "__iter__") and not (isinstance(value, np.ndarray) and value.ndim == 0)
+
+
+def _refuse_set(value: object, why: str) -> None:
+    """A set or frozenset is iterated in hash order, which changes from run to run: refused, as ``batch_to_ids``."""
+    if isinstance(value, (set, frozenset)):
+        raise InputTypeError(f"{why}; pass a list")
 
 
 def _check_batch_size(batch_size: object) -> None:

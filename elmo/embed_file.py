@@ -37,7 +37,7 @@ from elmo.limits import MAX_BATCH_SIZE, MAX_LINE_BYTES, MAX_TOKENS_PER_LINE, is_
 from elmo.model.bilm import BiLM
 from elmo.model.engine import InferenceEngine
 from elmo.model.fingerprint import weights_sha256
-from elmo.model.mix import check_layers
+from elmo.model.mix import check_flag, check_layers
 from elmo.text.tokenize import english_tokenize, get_tokenizer, korean_tokenize, tokens_of, whitespace_tokenize
 
 logger = logging.getLogger(__name__)
@@ -163,8 +163,12 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     """
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
     check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
+    layers = str(layers)  # a str subclass (NumPy's) would reach the output file's attributes
+    forget_sentences, use_sentence_keys, resume = (check_flag(value, name, "embed_file") for value, name in (
+        (forget_sentences, "forget_sentences"), (use_sentence_keys, "use_sentence_keys"), (resume, "resume")))
     output_path = _check_arguments(input_path, output_path, batch_size, chunk_size, non_finite, errors,
                                    bilm.source_files)  # a link: its target
+    batch_size, chunk_size = int(batch_size), None if chunk_size is None else int(chunk_size)  # NumPy's: plain
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)

@@ -83,11 +83,13 @@ class WorkFolder:
             found = self._claim(resume)
             if found is not None:
                 self.files = found
+        # the manifest's text first: an identity JSON cannot hold must not leave a folder without one, which no later
+        # run could claim
+        text = json.dumps({"owner": OWNER, "kind": self.kind, "identity": self.identity})
         if not self.root.is_dir():
             self.root.mkdir(parents=True)
-        data = {"owner": OWNER, "kind": self.kind, "identity": self.identity}
         with atomic_path(self.root / MANIFEST) as tmp:
-            tmp.write_text(json.dumps(data), encoding="utf-8")
+            tmp.write_text(text, encoding="utf-8")
 
     def _claim(self, resume: bool) -> dict[str, dict[str, Any]] | None:
         """The files of an existing folder to keep (resume), or None after clearing it; refuses a folder not ours."""

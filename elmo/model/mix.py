@@ -6,6 +6,7 @@ checks them and selects them (``Embedder``, ``embed_file``), and the learned rea
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import Sequence, Union
 
 import numpy as np
@@ -50,7 +51,7 @@ def initial_mix(n_layers: int, weights: Sequence[float] | None, gamma: float, wh
     if not is_whole(n_layers, 1, MAX_MIX_LAYERS):
         raise UsageError(f"{who}: the number of layers must be a whole number from 1 to {MAX_MIX_LAYERS}, "
                          f"got {n_layers!r}")
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
+    if isinstance(gamma, bool) or not isinstance(gamma, Real):  # NumPy's numbers too
         raise UsageError(f"{who}: gamma must be a number, got {gamma!r}")
     try:
         mix = torch.zeros(n_layers) if weights is None else torch.tensor(list(weights), dtype=torch.float)

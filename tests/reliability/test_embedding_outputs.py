@@ -5,6 +5,8 @@ open file leaving no parts that no run could ever resume from, and an output fol
 import os
 
 import h5py
+import numpy as np
+import torch
 import pytest
 
 import elmo.io.lock
@@ -82,3 +84,107 @@ def test_an_output_in_a_folder_that_takes_no_files_is_named_in_one_line(tmp_path
     assert rc == 1
     line = one_error_line(err, f"{tmp_path / 'out.hdf5'}: cannot write in {tmp_path}", "a folder you can write to")
     assert ".lock" not in line
+
+
+def test_a_carriage_return_in_an_open_text_file_is_refused_as_in_a_named_one(model, tmp_path):
+    """Text mode turns a lone \\r into a line break: the open file gave 3 datasets for 2 lines, so dataset 1 held the
+    file's third line's text (a path was refused)."""
+    (tmp_path / "in.txt").write_bytes(b"a b\rc d\ne f\n")
+    embedder = Embedder.from_pretrained(model)
+    with open(tmp_path / "in.txt", encoding="utf-8") as handle:
+        with pytest.raises(ElmoError, match=r"in.txt: a carriage return \(\\r\) inside a line"):
+            embedder.embed_file(handle, tmp_path / "out.hdf5", progress=False)
+    assert litter(tmp_path, {"in.txt"}) == []
+    (tmp_path / "crlf.txt").write_bytes(b"a b\r\ne f\r\n")  # Windows line ends are line ends
+    with open(tmp_path / "crlf.txt", encoding="utf-8") as handle:
+        assert embedder.embed_file(handle, tmp_path / "out.hdf5", progress=False) == 2
+
+
+@pytest.mark.parametrize("given", ["batch", "sentence"])
+@pytest.mark.parametrize("method", ["embed", "encode", "embed_batch", "embed_sentences"])
+def test_a_set_is_refused_as_the_batch_or_a_sentence(model, given, method):
+    """A set is iterated in hash order, which changes from run to run: its tokens were embedded in that order, its
+    sentences returned in it."""
+    embedder = Embedder.from_pretrained(model)
+    batch = {"the cat sat", "a dog ran far"} if given == "batch" else [["a"], {"the", "cat", "sat"}]
+    with pytest.raises(ElmoError, match="set"):
+        result = getattr(embedder, method)(batch)
+        list(result) if method == "embed_sentences" else result
+
+
+def test_flags_that_are_not_true_or_false_are_refused(model, tmp_path):
+    """A string such as "no" is truthy: it switched sentence keys on, dropped sentence_to_index, normalised the
+    vectors, or kept NaN vectors."""
+    embedder = Embedder.from_pretrained(model)
+    text = text_file(tmp_path / "in.txt", 2)
+    calls = [lambda: embedder.embed_file(text, tmp_path / "out.hdf5", use_sentence_keys="no", progress=False),
+             lambda: embedder.embed_file(text, tmp_path / "out.hdf5", forget_sentences="false", progress=False),
+             lambda: embedder.encode(["a b"], normalize="no"),
+             lambda: Embedder(embedder.bilm, allow_non_finite="no")]
+    for index, call in enumerate(calls):
+        with pytest.raises(ElmoError, match="must be True or False"):
+            call()
+            pytest.fail(f"call {index} was taken")
+    assert litter(tmp_path, {"in.txt"}) == []
+
+
+def _overflowing(model) -> Embedder:
+    """An embedder whose model gives infinite vectors for any word with a 'z'."""
+    bilm = Embedder.from_pretrained(model).bilm
+    with torch.no_grad():
+        bilm.char_encoder.char_embedding.weight[ord("z") + 1].fill_(float("inf"))
+    return bilm
+
+
+def test_embed_tokens_checks_vectors_and_embed_file_honours_allow_non_finite(model, tmp_path, caplog):
+    """``embed_tokens`` returned NaN vectors without a word; ``Embedder(allow_non_finite=True).embed_file`` raised
+    anyway, naming a command-line flag."""
+    bilm = _overflowing(model)
+    with pytest.raises(ElmoError, match="sentence 1: NaN or infinite vectors"):
+        Embedder(bilm).embed_tokens([["a", "b"], ["zz", "top"]])
+    (tmp_path / "in.txt").write_text("a b\nzz top\n", encoding="utf-8")
+    assert Embedder(bilm, allow_non_finite=True).embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5",
+                                                            progress=False) == 2
+    assert "NaN or infinite" in caplog.text
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        assert not np.isfinite(f["1"][()]).all()
+
+
+def test_numpy_values_are_taken_like_python_ones_and_leave_nothing_behind(model, tmp_path):
+    """``batch_size=np.int64(2)`` failed in the JSON of the run's record after the parts folder was made, and that
+    empty folder refused every later run; ``output_format=np.str_("top")`` failed at the merge; ``gamma`` as a NumPy
+    float was 'not a number'."""
+    embedder = Embedder.from_pretrained(model)
+    text = text_file(tmp_path / "in.txt", 3)
+    assert embedder.embed_file(text, tmp_path / "a.hdf5", batch_size=np.int64(2), output_format=np.str_("top"),
+                               use_sentence_keys=np.False_, progress=False) == 3
+    assert embedder.embed_file(text, tmp_path / "b.hdf5", batch_size=2, output_format="top", progress=False) == 3
+    with h5py.File(tmp_path / "a.hdf5") as a, h5py.File(tmp_path / "b.hdf5") as b:
+        assert np.array_equal(a["0"][()], b["0"][()]) and a.attrs["layers"] == "top"
+    assert litter(tmp_path, {"in.txt", "a.hdf5", "b.hdf5"}) == []
+    mix = Embedder(embedder.bilm, gamma=np.float32(0.5), mix_weights=[0, 0, 0]).mix  # (L+1,)
+    assert torch.allclose(mix, torch.full((3,), 0.5 / 3))
+
+
+def test_unusable_inputs_are_one_line(model, tmp_path):
+    """A 0-d array, a closed file and a file open for writing were TypeError / ValueError tracebacks."""
+    embedder = Embedder.from_pretrained(model)
+    with pytest.raises(ElmoError, match="expected a list of sentences"):
+        embedder.embed(np.array("a b"))
+    closed = open(text_file(tmp_path / "in.txt", 2), encoding="utf-8")
+    closed.close()
+    with pytest.raises(ElmoError, match="in.txt: cannot be read"):
+        embedder.embed_file(closed, tmp_path / "out.hdf5", progress=False)
+    with open(tmp_path / "w.txt", "w", encoding="utf-8") as handle:
+        with pytest.raises(ElmoError, match="w.txt: cannot be read"):
+            embedder.embed_file(handle, tmp_path / "out.hdf5", progress=False)
+
+
+def test_a_work_folder_whose_record_cannot_be_written_is_not_made(tmp_path):
+    """The folder was made before its manifest's JSON failed: an empty folder without elmo's manifest, which every
+    later run then refused as not elmo's."""
+    from elmo.io.work_folder import WorkFolder
+
+    with pytest.raises(TypeError):
+        WorkFolder(tmp_path / "out.hdf5.parts", "embedding parts", {"batch_size": object()}, resume=False)
+    assert litter(tmp_path, set()) == []
