@@ -57,10 +57,12 @@ class Elmo(nn.Module):
 
     A frozen biLM runs through an ``InferenceEngine`` (packed matrices, remembered token vectors) built on the first
     call from the weights as they are then, and built again whenever they have changed since: an in-place change,
-    ``load_state_dict``, ``.to()``/``.half()``, new parameter tensors or storage (``p.data = ...``). A change that
-    PyTorch does not count (``p.data.copy_(...)``) needs ``drop_engine()``. Once any biLM parameter requires a
-    gradient, the biLM itself runs, with autograd where gradients are enabled and without under ``torch.no_grad()``:
-    an optimizer may change weights it trains without a trace (a fused step), so no snapshot of them is used.
+    ``load_state_dict`` (of the biLM or of a module holding it), ``.to()``/``.half()``, new parameter tensors or
+    storage (``p.data = ...``). A change that PyTorch does not count (``p.data.copy_(...)``) or a state dict loaded
+    into a part of the biLM (``elmo.bilm.forward_stack.load_state_dict``) needs ``drop_engine()``. Once any biLM
+    parameter requires a gradient, the biLM itself runs, with autograd where gradients are enabled and without under
+    ``torch.no_grad()``: an optimizer may change weights it trains without a trace (a fused step), so no snapshot of
+    them is used (evaluation while fine-tuning is then about half as fast as through the engine).
     """
 
     def __init__(self, bilm: BiLM, num_output_representations: int = 1, requires_grad: bool = False,
@@ -85,6 +87,9 @@ class Elmo(nn.Module):
         self.cache_words = None if vocab_to_cache is None else word_list(vocab_to_cache)  # None: the biLM's own
         self._engine: InferenceEngine | None = None
         self._engine_weights: tuple = ()
+        # the storage the engine's weights were read from, held so that no new tensor can take one's address while
+        # _engine_weights names it (data_ptr would then match new weights)
+        self._engine_storages: list[torch.UntypedStorage] = []
         for p in self.bilm.parameters():  # the initial state: forward follows the parameters' flags
             p.requires_grad_(requires_grad)
         self.output = output
@@ -114,27 +119,30 @@ class Elmo(nn.Module):
             raise UsageError("Elmo.from_pretrained: give a model (a name or a folder) or options= and weights=, not "
                              "both; AllenNLP's Elmo(options_file, weight_file, n) is Elmo.from_pretrained("
                              "options=options_file, weights=weight_file, num_output_representations=n)")
-        unknown = sorted(set(kwargs) - set(inspect.signature(cls.__init__).parameters) - {"self", "bilm"})
-        if unknown:  # before the model is read, and in one line
-            raise UsageError(f"Elmo.from_pretrained: no argument {unknown[0]!r}; the others are Elmo's own "
-                             f"(num_output_representations, requires_grad, dropout, output, ...)")
+        accepted = inspect.signature(cls.__init__).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):  # a subclass's **kwargs: its own to judge
+            unknown = sorted(set(kwargs) - set(accepted) - {"self", "bilm"})
+            if unknown:  # before the model is read, and in one line
+                raise UsageError(f"{cls.__name__}.from_pretrained: no argument {unknown[0]!r}; the others are "
+                                 f"{cls.__name__}'s own ({', '.join(a for a in accepted if a not in ('self', 'bilm'))})")
         return cls(load_bilm(model, options, weights, stateful=stateful), **kwargs)
 
     def __getstate__(self) -> dict:
         """Copies and pickles leave the engine out (its packed matrices and buffers cannot be copied): a copy builds its
         own on first use."""
-        return {**self.__dict__, "_engine": None}
+        return {**self.__dict__, "_engine": None, "_engine_weights": (), "_engine_storages": []}
 
-    def _weights_version(self) -> tuple:
-        """Which tensors and storage the biLM's parameters are, their types, how often each was changed in place (a
-        ``copy_``, an optimizer step) and how often the biLM loaded a state dict (tensors made under
-        ``torch.inference_mode()`` count no changes): the engine is a snapshot, rebuilt when this differs."""
+    def _weights_version(self) -> tuple[int | tuple[int, int, torch.dtype, torch.device, int], ...]:
+        """How many state dicts the biLM loaded, then for each parameter: which tensor it is, where its storage
+        lies, its type and device, and how often it was changed in place (a ``copy_``, an optimizer step; tensors
+        made under ``torch.inference_mode()`` count none). The engine is a snapshot, rebuilt when this differs."""
         return (self.bilm.state_loads,) + tuple(
-            (id(p), p.data_ptr(), p.dtype, 0 if p.is_inference() else p._version) for p in self.bilm.parameters())
+            (id(p), p.data_ptr(), p.dtype, p.device, 0 if p.is_inference() else p._version)
+            for p in self.bilm.parameters())
 
     def drop_engine(self) -> None:
         """Forget the inference engine (the next frozen call builds a new one from the weights as they are)."""
-        self._engine = None
+        self._engine, self._engine_storages = None, []
 
     def reset_states(self) -> None:
         """Stateful mode: forget the carried LSTM states, the next batch starts from zero."""
@@ -143,11 +151,11 @@ class Elmo(nn.Module):
             self._engine.reset_states()
 
     def load_state_dict(self, *args, **kwargs):
-        self._engine = None  # new weights
+        self.drop_engine()  # new weights
         return super().load_state_dict(*args, **kwargs)
 
     def _apply(self, fn, *args, **kwargs):
-        self._engine = None  # moved or cast weights
+        self.drop_engine()  # moved or cast weights
         return super()._apply(fn, *args, **kwargs)
 
     @property
@@ -200,7 +208,7 @@ class Elmo(nn.Module):
     def _forward(self, char_ids: torch.Tensor) -> dict[str, list[torch.Tensor] | torch.Tensor]:
         # the parameters' own flags decide, so unfreezing them after construction (as with AllenNLP) fine-tunes
         if any(p.requires_grad for p in self.bilm.parameters()):
-            self._engine = None  # an optimizer may change these weights uncounted: no snapshot outlives tuning
+            self.drop_engine()  # an optimizer may change these weights uncounted: no snapshot outlives tuning
             out = self.bilm(char_ids)
         else:
             weights = self._weights_version()
@@ -211,6 +219,7 @@ class Elmo(nn.Module):
                 # (after fine-tuning, new weights), as AllenNLP's one encoder keeps them
                 self._engine.carrier = self.bilm.state_carrier
                 self._engine_weights = weights
+                self._engine_storages = [p.untyped_storage() for p in self.bilm.parameters()]
             out = self._engine(char_ids)
             # inference-mode tensors cannot enter autograd (a trainable readout): normal copies of what is read
             mixes = any(isinstance(r, ScalarMix) for r in self.readouts)

@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from elmo.batching import Layers, length_batches, run_batch
+from elmo.data.chars import check_tokens, refuse_unordered
 from elmo.devices import check_device
 from elmo.embed_file import InputFileError, NonFiniteVectorsError, check_errors, check_open_input, embed_file
 from elmo.errors import ElmoError, InputTypeError, UsageError
@@ -219,7 +220,7 @@ class Embedder:
             raise InputTypeError(f"embed_sentences takes an iterable of sentences, got {type(sentences).__name__}; "
                                  f"for one string use embed_sentence")
         _check_batch_size(batch_size)
-        _refuse_set(sentences, "a set of sentences has no order, so the results could not be in input order")
+        refuse_unordered(sentences, "a set of sentences has no order, so the results could not be in input order")
         iterator, first = iter(sentences), 0
         while chunk := list(islice(iterator, batch_size)):
             yield from self._in_order(self.tokenize(chunk, first=first), "all", None, None, False, first)
@@ -251,20 +252,25 @@ class Embedder:
         with tempfile.TemporaryDirectory() as folder:
             copy = Path(folder) / "input.txt"
             try:
-                mode, encoding = ("wb", None) if isinstance(input_file.read(0), bytes) else ("w", "utf-8")
-                with open(copy, mode, encoding=encoding) as out:
+                binary = isinstance(input_file.read(0), bytes)
+            except (ValueError, OSError) as err:  # closed, or open for writing only (io.UnsupportedOperation)
+                raise UsageError(f"{name}: cannot be read ({err}); pass a file open for reading, or its path") from None
+            try:
+                with open(copy, "wb" if binary else "w", encoding=None if binary else "utf-8") as out:
                     shutil.copyfileobj(input_file, out)
             except UnicodeEncodeError as err:  # a lone surrogate: text decoded with errors="surrogateescape"
                 raise UsageError(f"{name}: holds {err.object[err.start:err.end]!r}, a lone surrogate, not text "
                                  f"UTF-8 can hold (bytes decoded with errors='surrogateescape'?); open it as UTF-8, "
                                  f"or in binary mode and pass errors='replace'") from None
-            except (ValueError, OSError) as err:  # closed, or open for writing only (io.UnsupportedOperation)
-                raise UsageError(f"{name}: cannot be read ({err}); pass a file open for reading, or its path") from None
-            seen = getattr(input_file, "newlines", None)  # text mode turned these into line breaks while reading
+            except UnicodeDecodeError as err:  # the handle's own decoding
+                raise InputFileError(f"{name}: not text in the encoding it was opened with ({err.reason} at byte "
+                                     f"{err.start} of a read); open it with encoding='utf-8', or in binary mode and "
+                                     f"pass errors='replace'") from None
+            seen = getattr(input_file, "newlines", None)  # the line ends that reading in text mode translated
             if "\r" in ((seen,) if isinstance(seen, str) else seen or ()):
                 raise InputFileError(f"{name}: a carriage return (\\r) inside a line (old Mac line ends?), which "
-                                     f"reading in text mode made a line break; elmo reads one sentence per \\n: "
-                                     f"convert them first (tr '\\r' '\\n'), or pass the file's path")
+                                     f"reading the open file turned into a line break; elmo reads one sentence per "
+                                     f"\\n: convert them first (tr '\\r' '\\n'), or pass the file's path")
             try:
                 return write(copy, resumable=False)
             except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
@@ -278,7 +284,7 @@ class Embedder:
         number of the batch's first sentence in the caller's input, so that an error names the right one."""
         if isinstance(sentences, (str, bytes)) or sentences is None or not _iterable(sentences):
             raise InputTypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
-        _refuse_set(sentences, "a set of sentences has no order, so the results could not be in input order")
+        refuse_unordered(sentences, "a set of sentences has no order, so the results could not be in input order")
         out = []
         for index, sentence in enumerate(sentences):
             if isinstance(sentence, str):
@@ -287,11 +293,9 @@ class Embedder:
                 raise InputTypeError(f"sentence {first + index}: expected a string or a list of tokens, got "
                                 f"{type(sentence).__name__}")
             else:
-                _refuse_set(sentence, f"sentence {first + index} is a set, whose tokens have no order")
+                refuse_unordered(sentence, f"sentence {first + index} is a set, whose tokens have no order")
                 tokens = list(sentence)
-                bad = next((position for position, token in enumerate(tokens) if not isinstance(token, str)), None)
-                if bad is not None:  # here, where the sentence's place in the input is known (batches are sorted)
-                    raise InputTypeError(f"sentence {first + index}, token {bad}: {tokens[bad]!r} is not a string")
+                check_tokens(tokens, first + index)  # here, where its place in the input is known (batches are sorted)
                 out.append(tokens)
         return out
 
@@ -326,7 +330,7 @@ class Embedder:
             return True, [tokens_of(self.tokenizer, sentences)]
         if isinstance(sentences, bytes) or sentences is None or not _iterable(sentences):
             return False, self.tokenize(sentences)  # raises: says what a sentence list is
-        _refuse_set(sentences, "a set of sentences has no order, so the results could not be in input order")
+        refuse_unordered(sentences, "a set of sentences has no order, so the results could not be in input order")
         items = list(sentences)
         strings = [isinstance(item, str) for item in items]
         if split_into_words and items and all(strings):
@@ -389,12 +393,6 @@ class Embedder:
 def _iterable(value: object) -> bool:
     """Iterable, as a sentence list or a token list is (a 0-d NumPy array has ``__iter__`` but cannot be)."""
     return hasattr(value, "__iter__") and not (isinstance(value, np.ndarray) and value.ndim == 0)
-
-
-def _refuse_set(value: object, why: str) -> None:
-    """A set or frozenset is iterated in hash order, which changes from run to run: refused, as ``batch_to_ids``."""
-    if isinstance(value, (set, frozenset)):
-        raise InputTypeError(f"{why}; pass a list")
 
 
 def _check_batch_size(batch_size: object) -> None:

@@ -85,16 +85,14 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
     if not is_whole(width, 3, widest):
         raise UsageError(f"batch_to_ids: width is the model's characters per token, a whole number from 3 (the "
                          f"word's two marks and one byte) to {widest:,}, got {width!r}")
-    if isinstance(sentences, (set, frozenset)):  # rows in hash order: each run would put them elsewhere
-        raise InputTypeError("batch_to_ids takes a list of token lists; a set of sentences has no order, so the rows "
-                             "would not match it: pass a list")
+    refuse_unordered(sentences, "batch_to_ids takes a list of token lists; a set of sentences has no order, so the "
+                                "rows would not match it")
     sentences = sentences if hasattr(sentences, "__len__") else list(sentences)  # a generator will do
     bad = next((row for row, s in enumerate(sentences) if s is None or not hasattr(s, "__len__")), None)
     if bad is not None:
         raise InputTypeError(f"sentence {bad} is {type(sentences[bad]).__name__}, not a list of tokens")
-    unordered = next((row for row, s in enumerate(sentences) if isinstance(s, (set, frozenset))), None)
-    if unordered is not None:  # tokens in hash order, which differs from run to run
-        raise InputTypeError(f"sentence {unordered} is a set, whose tokens have no order; pass a list of tokens")
+    for row, sentence in enumerate(sentences):
+        refuse_unordered(sentence, f"sentence {row} is a set, whose tokens have no order")
     longest = max((len(s) for s in sentences), default=0)
     ids = torch.zeros(len(sentences), max(longest, 1), width, dtype=torch.long)  # (B, T, W)
     for row, sentence in enumerate(sentences):
@@ -104,9 +102,23 @@ def batch_to_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARS) -> 
             try:
                 ids[row, : len(sentence)] = torch.tensor([word_to_char_ids(w, width) for w in sentence])
             except (AttributeError, TypeError):
-                position, word = next((i, w) for i, w in enumerate(sentence) if not isinstance(w, str))
-                raise InputTypeError(f"sentence {row}, token {position}: {word!r} is not a string") from None
+                check_tokens(sentence, row)
+                raise
     return ids
+
+
+def refuse_unordered(value: object, why: str) -> None:
+    """A set or frozenset, as a batch or a sentence, is refused: it is iterated in hash order, which changes from run
+    to run, so tokens or rows would move."""
+    if isinstance(value, (set, frozenset)):
+        raise InputTypeError(f"{why}; pass a list")
+
+
+def check_tokens(tokens: Sequence[object], row: int) -> None:
+    """Refuse, naming sentence ``row`` and the position, a token that is not a string."""
+    bad = next((position for position, token in enumerate(tokens) if not isinstance(token, str)), None)
+    if bad is not None:
+        raise InputTypeError(f"sentence {row}, token {bad}: {tokens[bad]!r} is not a string")
 
 
 def check_id_dtype(dtype: torch.dtype, n_characters: int) -> None:

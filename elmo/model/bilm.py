@@ -85,11 +85,13 @@ class BiLM(nn.Module):
                                          l.proj_clip, l.use_skip_connections)
         return cls(config, CharEncoder(config.char_cnn, l.projection_dim), stack(), stack(), stateful=stateful)
 
-    def load_state_dict(self, *args, **kwargs):
-        """``nn.Module.load_state_dict``, counted in ``state_loads``."""
-        result = super().load_state_dict(*args, **kwargs)
+    state_loads = 0  # for a biLM made without __init__ (BiLM.__new__)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        """Counted in ``state_loads``: a load into this biLM or into a module holding it, strict or not, before any
+        tensor is copied (a strict load that then fails has changed the weights too)."""
         self.state_loads += 1
-        return result
+        super()._load_from_state_dict(*args, **kwargs)
 
     def reset_states(self) -> None:
         """Forget the carried LSTM states (stateful mode); the next batch starts from zero."""

@@ -249,3 +249,51 @@ def test_from_pretrained_names_an_argument_it_does_not_take():
 def test_numpy_dropout_is_a_number():
     """``dropout=np.float32(0.5)`` was refused as 'must be a number in [0, 1)'."""
     assert Elmo(random_bilm(small_config()), dropout=np.float32(0.5)).dropout.p == 0.5
+
+
+def test_storage_replaced_twice_is_seen_though_its_address_may_come_back():
+    """``p.data = p.data * 1.5`` twice: the second tensor could take the first one's freed address, so a key of
+    storage addresses alone matched the engine's weights (4 of 29 parameters ran a stale engine, up to 1.89 off)."""
+    ids = batch_to_ids(BATCH)
+    names = [name for name, _ in random_bilm(small_config()).named_parameters()]
+    for name in names:
+        elmo = _elmo()
+        p = dict(elmo.bilm.named_parameters())[name]
+        with torch.no_grad():
+            elmo(ids)
+            p.data = p.data * 1.5
+            p.data = p.data * 1.5
+            out = elmo(ids)["elmo_representations"][0]
+        assert torch.allclose(out, _fresh_mix(elmo.bilm, ids), atol=1e-5), name
+
+
+def test_a_load_into_a_model_holding_the_bilm_is_seen_under_inference_mode():
+    """A user's model restored as a whole never calls ``BiLM.load_state_dict`` (PyTorch recurses below it), and a
+    strict load copies the matching tensors before it fails: both left the engine of the old weights running."""
+    other = random_bilm(small_config(), seed=7)
+    ids = batch_to_ids(BATCH)
+    with torch.inference_mode():
+        holder = torch.nn.Module()
+        holder.elmo = _elmo()
+        holder.elmo(ids)
+        holder.load_state_dict({f"elmo.bilm.{k}": v for k, v in other.state_dict().items()}, strict=False)
+        whole = holder.elmo(ids)["elmo_representations"][0].clone()
+        elmo = _elmo()
+        elmo(ids)
+        with pytest.raises(RuntimeError):
+            elmo.bilm.load_state_dict({**other.state_dict(), "bogus": torch.zeros(1)})
+        partial = elmo(ids)["elmo_representations"][0].clone()
+    assert torch.allclose(whole, _fresh_mix(other, ids), atol=1e-5)
+    assert torch.allclose(partial, _fresh_mix(other, ids), atol=1e-5)
+
+
+def test_a_subclass_from_pretrained_takes_its_own_and_elmos_arguments():
+    """The check of unknown arguments read a subclass's ``(bilm, *args, pool=False, **kwargs)`` and refused
+    ``dropout``."""
+    class Pooled(Elmo):
+        def __init__(self, bilm, *args, pool: bool = False, **kwargs):
+            super().__init__(bilm, *args, **kwargs)
+            self.pool = pool
+
+    model = Pooled.from_pretrained(options=OPTIONS, weights=WEIGHTS, dropout=0.0, pool=True)
+    assert model.pool and model.dropout.p == 0.0

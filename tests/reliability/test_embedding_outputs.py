@@ -10,7 +10,7 @@ import torch
 import pytest
 
 import elmo.io.lock
-from elmo import Embedder
+from elmo import BiLM, Embedder
 from elmo.errors import ElmoError
 from tests.conftest import OPTIONS, WEIGHTS
 from tests.reliability.tiny import cli, interrupt_after_chunks, litter, one_error_line, text_file, tiny_model
@@ -107,7 +107,7 @@ def test_a_set_is_refused_as_the_batch_or_a_sentence(model, given, method):
     sentences returned in it."""
     embedder = Embedder.from_pretrained(model)
     batch = {"the cat sat", "a dog ran far"} if given == "batch" else [["a"], {"the", "cat", "sat"}]
-    with pytest.raises(ElmoError, match="set"):
+    with pytest.raises(ElmoError, match="(has|have) no order.*; pass a list$"):
         result = getattr(embedder, method)(batch)
         list(result) if method == "embed_sentences" else result
 
@@ -128,7 +128,7 @@ def test_flags_that_are_not_true_or_false_are_refused(model, tmp_path):
     assert litter(tmp_path, {"in.txt"}) == []
 
 
-def _overflowing(model) -> Embedder:
+def _overflowing(model) -> BiLM:
     """An embedder whose model gives infinite vectors for any word with a 'z'."""
     bilm = Embedder.from_pretrained(model).bilm
     with torch.no_grad():
@@ -175,6 +175,10 @@ def test_unusable_inputs_are_one_line(model, tmp_path):
     closed.close()
     with pytest.raises(ElmoError, match="in.txt: cannot be read"):
         embedder.embed_file(closed, tmp_path / "out.hdf5", progress=False)
+    (tmp_path / "latin1.txt").write_bytes("café au lait\n".encode("latin-1"))
+    with open(tmp_path / "latin1.txt", encoding="utf-8") as handle:  # decoding fails in the handle's own read
+        with pytest.raises(ElmoError, match="latin1.txt: not text in the encoding it was opened with"):
+            embedder.embed_file(handle, tmp_path / "out.hdf5", progress=False)
     with open(tmp_path / "w.txt", "w", encoding="utf-8") as handle:
         with pytest.raises(ElmoError, match="w.txt: cannot be read"):
             embedder.embed_file(handle, tmp_path / "out.hdf5", progress=False)
