@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import tempfile
 from functools import partial
 from itertools import islice
@@ -25,9 +24,10 @@ from tqdm.auto import tqdm
 from elmo.batching import Layers, length_batches, run_batch
 from elmo.data.chars import check_tokens, refuse_unordered
 from elmo.devices import check_device
-from elmo.embed_file import InputFileError, NonFiniteVectorsError, check_errors, check_open_input, embed_file
+from elmo.embed_file import NonFiniteVectorsError, check_errors, check_open_input, embed_file
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.load import load_bilm
+from elmo.io.text_lines import copy_open_text
 from elmo.io.resolve import model_reference
 from elmo.model.bilm import BiLM
 from elmo.limits import MAX_TOKENS_PER_LINE, is_whole
@@ -251,32 +251,12 @@ class Embedder:
         name = getattr(input_file, "name", "the open file")
         with tempfile.TemporaryDirectory() as folder:
             copy = Path(folder) / "input.txt"
-            try:
-                binary = isinstance(input_file.read(0), bytes)
-            except (ValueError, OSError) as err:  # closed, or open for writing only (io.UnsupportedOperation)
-                raise UsageError(f"{name}: cannot be read ({err}); pass a file open for reading, or its path") from None
-            try:
-                with open(copy, "wb" if binary else "w", encoding=None if binary else "utf-8") as out:
-                    shutil.copyfileobj(input_file, out)
-            except UnicodeEncodeError as err:  # a lone surrogate: text decoded with errors="surrogateescape"
-                raise UsageError(f"{name}: holds {err.object[err.start:err.end]!r}, a lone surrogate, not text "
-                                 f"UTF-8 can hold (bytes decoded with errors='surrogateescape'?); open it as UTF-8, "
-                                 f"or in binary mode and pass errors='replace'") from None
-            except UnicodeDecodeError as err:  # the handle's own decoding
-                raise InputFileError(f"{name}: not text in the encoding it was opened with ({err.reason} at byte "
-                                     f"{err.start} of a read); open it with encoding='utf-8', or in binary mode and "
-                                     f"pass errors='replace'") from None
-            seen = getattr(input_file, "newlines", None)  # the line ends that reading in text mode translated
-            if "\r" in ((seen,) if isinstance(seen, str) else seen or ()):
-                raise InputFileError(f"{name}: a carriage return (\\r) inside a line (old Mac line ends?), which "
-                                     f"reading the open file turned into a line break; elmo reads one sentence per "
-                                     f"\\n: convert them first (tr '\\r' '\\n'), or pass the file's path")
+            copy_open_text(input_file, name, copy)
             try:
                 return write(copy, resumable=False)
             except ElmoError as err:  # name the user's file, not the temporary copy (gone by then)
                 if err.args and isinstance(err.args[0], str):
-                    err.args = (err.args[0].replace(str(copy), str(getattr(input_file, "name", "the open file"))),
-                                *err.args[1:])
+                    err.args = (err.args[0].replace(str(copy), str(name)), *err.args[1:])
                 raise
 
     def tokenize(self, sentences: Sequence[str] | Sequence[Sequence[str]], *, first: int = 0) -> list[list[str]]:

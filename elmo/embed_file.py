@@ -85,9 +85,10 @@ def read_lines(path: str | Path, errors: str = "strict",
 
 
 def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size: int, chunk_size: int | None,
-                     non_finite: str, errors: str, model_files: tuple[Path, ...]) -> Path:
+                     non_finite: str, errors: str, model_files: tuple[Path, ...]) -> tuple[Path, int, int | None]:
     """``embed_file``'s arguments, each refused in one line before anything is read or written; returns the file
-    to write (``_check_paths``), which is none of the model's files (``BiLM.source_files``)."""
+    to write (``_check_paths``; a link: its target), which is none of the model's files (``BiLM.source_files``),
+    and the batch and chunk sizes as Python ints (NumPy's would reach the run's JSON record)."""
     if not is_whole(batch_size, 1, MAX_BATCH_SIZE):
         raise UsageError(f"batch size must be a whole number in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
     if chunk_size is not None and not is_whole(chunk_size, 1, MAX_CHUNK_LINES):
@@ -100,7 +101,7 @@ def _check_arguments(input_path: str | Path, output_path: str | Path, batch_size
     target = _check_paths(path_argument(input_path, "embed_file: the input"),
                           path_argument(output_path, "embed_file: the output"))
     refuse_model_file(target, model_files)
-    return target
+    return target, int(batch_size), None if chunk_size is None else int(chunk_size)
 
 
 def check_errors(errors: object) -> None:
@@ -154,21 +155,18 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
     The whole input is decoded once before any work (a bad line fails in seconds), and the disk's free space is
     checked against an estimate of what the run writes. Progress is kept chunk by chunk in ``OUTPUT.parts/`` (a
     folder elmo owns: ``elmo.io.work_folder``); the parts are verified and merged into ``output_path`` at the end
-    and removed. ``chunk_size`` (deterministic mode) is how many lines are read, length-sorted and saved at a time.
-    With ``resume=True`` a killed run continues after its last complete part (same input and settings required);
-    without it, leftover parts of elmo's are discarded. One run at a time writes an output (a lock beside it).
-    NaN or infinite vectors are an error naming the lines (``non_finite="warn"``: a warning, and they are kept).
-    ``resumable=False``: the input cannot be read again (the command line's copy of standard input), so a run that
-    fails removes its parts instead of keeping them for a resume that could not use them.
-    """
+    and removed. ``chunk_size`` (deterministic mode): lines read, length-sorted and saved at a time. ``resume=True``:
+    a killed run continues after its last complete part (same input and settings); without it, leftover parts of
+    elmo's are discarded. One run at a time writes an output (a lock beside it). NaN or infinite vectors are an
+    error naming the lines (``non_finite="warn"``: a warning, and they are kept). ``resumable=False``: the input
+    cannot be read again (the command line's copy of standard input), so a failed run removes its parts."""
     bilm = model.bilm if isinstance(model, InferenceEngine) else model
-    check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False)
-    layers = str(layers)  # a str subclass (NumPy's) would reach the output file's attributes
+    # a str subclass (NumPy's) would reach the output file's attributes
+    layers = str(check_layers(layers, bilm.config.n_output_layers, OUTPUT_LAYERS, index=False))
     forget_sentences, use_sentence_keys, resume = (check_flag(value, name, "embed_file") for value, name in (
         (forget_sentences, "forget_sentences"), (use_sentence_keys, "use_sentence_keys"), (resume, "resume")))
-    output_path = _check_arguments(input_path, output_path, batch_size, chunk_size, non_finite, errors,
-                                   bilm.source_files)  # a link: its target
-    batch_size, chunk_size = int(batch_size), None if chunk_size is None else int(chunk_size)  # NumPy's: plain
+    output_path, batch_size, chunk_size = _check_arguments(input_path, output_path, batch_size, chunk_size,
+                                                           non_finite, errors, bilm.source_files)
     split, tokenizer_name = resolve_tokenize(tokenize, bilm)
     with new_folders(Path(output_path).absolute().parent), lock_beside(output_path):
         scan = _scan_input(input_path, errors)
@@ -186,8 +184,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
             **({"chunk_tokens": chunk_tokens} if chunk_tokens is not None else {})}, resume)
         try:
             index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, (chunk_size, chunk_tokens),
-                                              scan.lines,
-                                              layers, batch_size, use_sentence_keys, progress, non_finite,
+                                              scan.lines, layers, batch_size, use_sentence_keys, progress, non_finite,
                                               keep_index=not (forget_sentences or use_sentence_keys))
         except BaseException as err:  # an error, or an interrupt (which even --quiet is told how to continue)
             if not resumable:
@@ -202,8 +199,7 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
 
 def _embed_into_parts(engine: InferenceEngine, parts: PartStore, input_path: str | Path, errors: str,
                       split: Callable[[str], list[str]] | None, chunking: tuple[int, int | None], total: int,
-                      layers: OutputLayers,
-                      batch_size: int, use_sentence_keys: bool, progress: bool,
+                      layers: OutputLayers, batch_size: int, use_sentence_keys: bool, progress: bool,
                       non_finite: str, keep_index: bool) -> tuple[dict[str, str], int]:
     """Every chunk not finished by an earlier run, embedded into its part; (the sentence-to-index map, chunks)."""
     npz = str(parts.root).lower().endswith(".npz.parts")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import shutil
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from elmo.errors import ElmoError
+from elmo.errors import ElmoError, UsageError
 from elmo.limits import MAX_LINE_BYTES
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -188,3 +189,30 @@ def scan_text(path: str | Path, errors: str = "strict", max_line_bytes: int = MA
             if not carriage_return_line and "\r" in line and "\r" in line.removesuffix("\n").removesuffix("\r"):
                 carriage_return_line = lines.number
         return TextScan(lines.number, tokens, longest, longest_line, carriage_return_line, digest.hexdigest())
+
+
+def copy_open_text(handle: IO, name: str, copy: Path) -> None:
+    """An open file (text or binary) copied to ``copy`` as UTF-8 bytes, so that it can be read twice. Refused in one
+    line, naming the file as ``name``: a handle that cannot be read (closed, open for writing), text its own
+    encoding cannot decode, a lone surrogate, and a lone ``\\r`` that text mode turned into a line break (as a
+    named file's is: every later line would shift)."""
+    try:
+        binary = isinstance(handle.read(0), bytes)
+    except (ValueError, OSError) as err:  # closed, or open for writing only (io.UnsupportedOperation)
+        raise UsageError(f"{name}: cannot be read ({err}); pass a file open for reading, or its path") from None
+    try:
+        with open(copy, "wb" if binary else "w", encoding=None if binary else "utf-8") as out:
+            shutil.copyfileobj(handle, out)
+    except UnicodeEncodeError as err:  # a lone surrogate: text decoded with errors="surrogateescape"
+        raise UsageError(f"{name}: holds {err.object[err.start:err.end]!r}, a lone surrogate, not text UTF-8 can "
+                         f"hold (bytes decoded with errors='surrogateescape'?); open it as UTF-8, or in binary mode "
+                         f"and pass errors='replace'") from None
+    except UnicodeDecodeError as err:  # the handle's own decoding
+        raise UsageError(f"{name}: not text in the encoding it was opened with ({err.reason} at byte {err.start} "
+                         f"of a read); open it with encoding='utf-8', or in binary mode and pass errors='replace'") \
+            from None
+    seen = getattr(handle, "newlines", None)  # the line ends that reading in text mode translated
+    if "\r" in ((seen,) if isinstance(seen, str) else seen or ()):
+        raise UsageError(f"{name}: a carriage return (\\r) inside a line (old Mac line ends?), which reading the "
+                         f"open file turned into a line break; elmo reads one sentence per \\n: convert them first "
+                         f"(tr '\\r' '\\n'), or pass the file's path")
