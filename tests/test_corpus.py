@@ -83,9 +83,11 @@ def test_one_pass_source_ends_and_pads(tmp_path):
     (tmp_path / "t.txt").write_text("a b\n\nc\n", encoding="utf-8")
     vocab = Vocabulary.build([["a", "b", "c"]])
     batcher = LMBatcher(SentenceSource([tmp_path / "t.txt"], shuffle=False, loop=False), vocab, 2, 4)
-    batch = batcher.next_batch()
-    assert batch.tokens == 3 + 2  # each sentence: n + 1 predictions; the blank line is skipped
-    assert batch.targets[0].tolist()[3] == -1 and batch.char_ids[0, 3].eq(0).all()
+    # row 0 takes "a b" (3 predictions) and the start of "c" (2): rows take the next sentence when they need one,
+    # so row 1 finds none left; the blank line is skipped
+    first, second = batcher.next_batch(), batcher.next_batch()
+    assert first.tokens == 4 and first.targets[1].eq(-1).all() and first.char_ids[1].eq(0).all()
+    assert second.tokens == 1 and second.targets[0].tolist()[1] == -1 and second.char_ids[0, 1].eq(0).all()
     assert batcher.next_batch() is None
 
 
@@ -161,3 +163,57 @@ def test_named_text_that_is_not_a_file_is_refused_by_name(tmp_path):
     (tmp_path / "broken.txt").unlink()
     (tmp_path / "pipe").unlink()
     assert expand_files([str(tmp_path / "*")]) == [tmp_path / "a.txt"]
+
+
+def _held(state: dict) -> int:
+    """Sentences read and waiting for a row, in either state format."""
+    return len(state.get("pending", [])) + sum(len(q) for q in state.get("queues", []))
+
+
+def test_sentences_waiting_stay_under_one_chunk_and_a_pass_reads_each_once(tmp_path):
+    """Dealt to rows in turn, sentences piled up behind rows that drew long ones (397 waiting after one pass of 3,000
+    with chunks of 200; growing with the run, in memory and in every checkpoint), and one pass's batches read some
+    sentences twice and others never. Rows take the next sentence when they need one, as bilm-tf's do."""
+    import random
+
+    rng = random.Random(0)
+    lines = [" ".join(f"s{i}w{j}" for j in range(rng.choice([1, 2, 3, 40]))) for i in range(3000)]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vocab = Vocabulary.build([["x"]])
+    source = SentenceSource([tmp_path / "t.txt"], seed=1, chunk_size=200)
+    batcher = LMBatcher(source, vocab, 16, 20)
+    taken = []
+    original = batcher._next_sentence
+    batcher._next_sentence = lambda *row: (lambda s: taken.append(s) or s)(original(*row))
+    per_pass = sum(len(line.split()) + 1 for line in lines)  # predictions in one pass
+    done = 0
+    while done < per_pass:
+        done += batcher.next_batch().tokens
+        assert _held(batcher.state_dict()) <= 200
+    assert len({words[1].split("w")[0] for words in taken[: len(lines)]}) == len(lines)  # the first pass: each once
+
+
+def test_a_state_with_per_row_queues_resumes_with_every_queued_sentence(tmp_path):
+    batcher, vocab = _setup(tmp_path, rows=2, steps=3)
+    state = batcher.state_dict()
+    state.pop("pending"), state.pop("left")
+    state.update(queues=[[["a", "b"], ["j"]], [["d", "e"]]], counter=3)
+    batcher.load_state_dict(state)
+    assert _words(batcher.next_batch(), vocab)[0] == [["<S>", "a", "b"], ["<S>", "d", "e"]]
+    assert _words(batcher.next_batch(), vocab)[0][0] == ["<S>", "j", "<S>"]
+    two_ranks = LMBatcher(batcher.source, vocab, 2, 3, rows=(0, 1))
+    with pytest.raises(ValueError, match="cannot be shared out"):
+        two_ranks.load_state_dict({**state, "current": [[]]})
+
+
+def test_per_row_queues_of_several_processes_are_refused_in_one_line(tmp_path):
+    from elmo.io.native import ModelFileError
+    from elmo.training.checkpoint_fields import check_trainer_record
+
+    batcher, _ = _setup(tmp_path, rows=2)
+    queued = {**{k: v for k, v in batcher.state_dict().items() if k not in ("pending", "left")},
+              "queues": [[], []], "counter": 0}
+    record = {"step": 1, "tokens_seen": 8, "elapsed": 1.0, "world": 2, "data": [[queued, queued]] * 2}
+    with pytest.raises(ModelFileError, match="per-row queues, which the processes of a resumed run cannot share"):
+        check_trainer_record(record, tmp_path / "trainer.json")
+    check_trainer_record({**record, "world": 1, "data": [[queued, queued]]}, tmp_path / "trainer.json")

@@ -15,9 +15,11 @@ n + 1 predictions. With 3 rows and unroll_steps = 5::
     rows 1 .. B-1 are independent streams of other sentences, batched side by side: (B, T) per batch.
 
 The backward model reads every sentence reversed (``</S> wn .. w1 <S>``) from its own, separately shuffled
-stream. Sentence ``g`` of the stream goes to row ``g mod R`` of the R rows of the global batch, so a distributed
-run where rank r owns rows [r*B, (r+1)*B) reads a disjoint part of the text, and gives the same rows as one process
-with R rows. Text is read in chunks, shuffled within each chunk, so memory does not grow with the corpus.
+stream. A row that needs a sentence takes the next one of the shared stream (row 0 fills its window first, then row
+1, ...), as bilm-tf's rows do: one pass over the text reads each sentence once. Every rank follows all R rows of the
+global batch by their lengths, so a distributed run where rank r owns rows [r*B, (r+1)*B) reads a disjoint part of
+the text and gives the same rows as one process with R rows. Text is read in chunks, shuffled within each chunk;
+the sentences waiting for a row are at most one chunk, so memory does not grow with the corpus or the run.
 """
 
 from __future__ import annotations
@@ -227,76 +229,88 @@ class LMBatch:
 
 
 class LMBatcher:
-    """Rows ``rows[0] <= r < rows[1]`` of a global batch of ``n_rows`` streams, ``unroll_steps`` tokens each."""
+    """Rows ``rows[0] <= r < rows[1]`` of a global batch of ``n_rows`` streams, ``unroll_steps`` tokens each.
+
+    Rows take sentences as bilm-tf's do: one shared sequence, each row taking the next sentence when it needs one
+    (row 0 fills its window, then row 1, ...), so the sentences waiting stay under one chunk however long the run,
+    and one pass over the text reads each sentence once. Every process follows all ``n_rows`` rows by their
+    lengths alone and keeps the words of its own, so the ranks' rows together are the global batch.
+    """
 
     def __init__(self, source: SentenceSource, vocab: Vocabulary, n_rows: int, unroll_steps: int,
                  rows: tuple[int, int] | None = None, reverse: bool = False, width: int = MAX_CHARS) -> None:
         self.source, self.vocab, self.n_rows, self.steps = source, vocab, n_rows, unroll_steps
         self.rows = rows or (0, n_rows)
         self.reverse, self.width = reverse, width
-        local = self.rows[1] - self.rows[0]
-        self.queues: list[list[list[str]]] = [[] for _ in range(local)]  # sentences waiting, per row
-        self.current: list[list[str]] = [[] for _ in range(local)]  # what is left of each row's sentence
-        self.counter = 0  # sentences dealt so far (global numbering)
+        self.pending: list[list[str]] = []  # sentences read and not yet taken by any row, in order
+        self.current: list[list[str]] = [[] for _ in range(self.rows[1] - self.rows[0])]  # this process's rows:
+        # what is left of each one's sentence (boundaries included)
+        self.left = [0] * n_rows  # every row: how many words of its sentence are left
         self.exhausted = False
 
     def state_dict(self) -> dict:
-        return {"source": self.source.state_dict(), "queues": [[list(s) for s in q] for q in self.queues],
-                "current": [list(c) for c in self.current], "counter": self.counter, "exhausted": self.exhausted}
+        return {"source": self.source.state_dict(), "pending": [list(s) for s in self.pending],
+                "current": [list(c) for c in self.current], "left": list(self.left), "exhausted": self.exhausted}
 
     def load_state_dict(self, state: dict) -> None:
-        if len(state["queues"]) != len(self.queues):
-            raise ValueError(f"batcher state holds {len(state['queues'])} rows, this batcher has {len(self.queues)}")
+        if len(state["current"]) != len(self.current):
+            raise ValueError(f"batcher state holds {len(state['current'])} rows, this batcher has {len(self.current)}")
         self.source.load_state_dict(state["source"])
-        self.queues = [[list(s) for s in q] for q in state["queues"]]
         self.current = [list(c) for c in state["current"]]
-        self.counter, self.exhausted = state["counter"], state["exhausted"]
+        self.exhausted = state["exhausted"]
+        if "queues" in state:  # per-row queues (sentences dealt to rows in turn): taken in their dealt order
+            if self.rows != (0, self.n_rows):
+                raise ValueError("per-row queues of one process's rows cannot be shared out among processes")
+            queues = state["queues"]
+            self.pending = [list(q[k]) for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
+            self.left = [len(c) for c in self.current]
+        else:
+            if len(state["left"]) != self.n_rows:
+                raise ValueError(f"batcher state follows {len(state['left'])} rows, this batch has {self.n_rows}")
+            self.pending = [list(s) for s in state["pending"]]
+            self.left = [int(n) for n in state["left"]]
 
-    def _deal(self) -> bool:
-        """Read one chunk and deal its sentences to the rows; False when a one-pass source is done."""
-        chunk = self.source.next_chunk()
-        if chunk is None:
-            self.exhausted = True
-            return False
-        lo, hi = self.rows
-        for sentence in chunk:
-            row = self.counter % self.n_rows
-            if lo <= row < hi:
-                self.queues[row - lo].append(sentence)
-            self.counter += 1
-        return True
-
-    def _next_sentence(self, row: int) -> list[str] | None:
-        while not self.queues[row]:
-            if self.exhausted or not self._deal():
+    def _next_sentence(self) -> list[str] | None:
+        """The next sentence of the shared sequence with its boundaries (reversed for the backward stream); None
+        when a one-pass source is done."""
+        while not self.pending:
+            chunk = None if self.exhausted else self.source.next_chunk()
+            if chunk is None:
+                self.exhausted = True
                 return None
-        words = [BOS_TOKEN, *self.queues[row].pop(0), EOS_TOKEN]
+            self.pending = chunk
+        words = [BOS_TOKEN, *self.pending.pop(0), EOS_TOKEN]
         return words[::-1] if self.reverse else words
 
     def next_batch(self) -> LMBatch | None:
         """The next window of every row; None when a one-pass source has nothing left for any row."""
-        batch = len(self.queues)
+        lo, hi = self.rows
+        batch = hi - lo
         inputs = [[""] * self.steps for _ in range(batch)]
         targets = [[-1] * self.steps for _ in range(batch)]  # one tensor at the end: per-row tensors cost more
         real = 0
-        starts = [len(c) <= 1 for c in self.current]
-        for row in range(batch):
-            pos = 0
+        starts = [self.left[lo + row] <= 1 for row in range(batch)]
+        for global_row in range(self.n_rows):  # every row, in order: each takes the next sentence when it needs one
+            mine, row, pos = lo <= global_row < hi, global_row - lo, 0
             while pos < self.steps:
-                if len(self.current[row]) <= 1:  # only the final boundary left: it is never an input
-                    sentence = self._next_sentence(row)
+                if self.left[global_row] <= 1:  # only the final boundary left: it is never an input
+                    sentence = self._next_sentence()
                     if sentence is None:
-                        if pos == 0:  # a one-pass source ran out: no text in this row
+                        if pos == 0 and mine:  # a one-pass source ran out: no text in this row
                             starts[row] = False
                         break
-                    self.current[row] = sentence
-                stream = self.current[row]
-                take = min(len(stream) - 1, self.steps - pos)
-                inputs[row][pos : pos + take] = stream[:take]
-                targets[row][pos : pos + take] = self.vocab.ids(stream[1 : take + 1])
-                self.current[row] = stream[take:]
+                    self.left[global_row] = len(sentence)
+                    if mine:
+                        self.current[row] = sentence
+                take = min(self.left[global_row] - 1, self.steps - pos)
+                if mine:
+                    stream = self.current[row]
+                    inputs[row][pos : pos + take] = stream[:take]
+                    targets[row][pos : pos + take] = self.vocab.ids(stream[1 : take + 1])
+                    self.current[row] = stream[take:]
+                self.left[global_row] -= take
                 pos += take
-            real += pos
+            real += pos if mine else 0
         if real == 0:
             return None
         # each distinct word converted once (running text repeats itself; building a tensor from nested Python

@@ -12,7 +12,8 @@ import torch
 from elmo.io.native import ModelFileError
 from elmo.limits import is_digits
 
-_BATCHER_KEYS = ("source", "queues", "current", "counter", "exhausted")
+_BATCHER_KEYS = ("source", "pending", "current", "left", "exhausted")
+_QUEUED_BATCHER_KEYS = ("source", "queues", "current", "counter", "exhausted")  # rows dealt sentences in turn
 _SOURCE_KEYS = ("epoch", "file_index", "line", "chunks", "served")
 # optimizer settings that are numbers (Adagrad's and Adam's); betas: two numbers
 _OPTIMIZER_NUMBERS = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
@@ -64,18 +65,29 @@ def check_trainer_record(record: Any, path: Path) -> None:
             raise _fail(path, f"data[{rank}]", "must hold the forward and the backward position")
         for d, batcher in enumerate(directions):
             _check_batcher(batcher, path, f"data[{rank}][{d}]")
+            if world > 1 and "queues" in batcher:
+                raise ModelFileError(f"{path}: its data positions are per-row queues, which the processes of a "
+                                     f"resumed run cannot share out; start a new run from its weights with "
+                                     f"--init-from")
 
 
 def _check_batcher(state: Any, path: Path, field: str) -> None:
-    if not isinstance(state, dict) or any(k not in state for k in _BATCHER_KEYS):
-        raise _fail(path, field, f"must be an object with {', '.join(_BATCHER_KEYS)}")
+    keys = _QUEUED_BATCHER_KEYS if isinstance(state, dict) and "queues" in state else _BATCHER_KEYS
+    if not isinstance(state, dict) or any(k not in state for k in keys):
+        raise _fail(path, field, f"must be an object with {', '.join(keys)}")
     source = state["source"]
     if not isinstance(source, dict) or any(k not in source for k in _SOURCE_KEYS):
         raise _fail(path, f"{field}.source", f"must be an object with {', '.join(_SOURCE_KEYS)}")
     for key in ("epoch", "file_index", "line", "chunks", "served"):
         _whole(source[key], path, f"{field}.source.{key}")
-    _whole(state["counter"], path, f"{field}.counter")
-    for key in ("queues", "current"):
+    if "queues" in state:
+        _whole(state["counter"], path, f"{field}.counter")
+    else:
+        if not isinstance(state["left"], list):
+            raise _fail(path, f"{field}.left", "must be a list of counts, one per row")
+        for row, count in enumerate(state["left"]):
+            _whole(count, path, f"{field}.left[{row}]")
+    for key in ("queues" if "queues" in state else "pending", "current"):
         if not isinstance(state[key], list) or not all(isinstance(row, list) for row in state[key]):
             raise _fail(path, f"{field}.{key}", "must be a list of rows")
     if not isinstance(state["exhausted"], bool):

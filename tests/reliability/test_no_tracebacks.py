@@ -77,13 +77,13 @@ TAMPERED = {
     "trainer.json without data": ("trainer.json", lambda d: d.pop("data"), "trainer.json: data must be a list"),
     "step: \"ten\"": ("trainer.json", lambda d: d.update(step="ten"), "trainer.json: step must be a whole number"),
     "elapsed: NaN": ("trainer.json", lambda d: d.update(elapsed=float("nan")), "elapsed must be a finite number"),
-    "a data position of the wrong kind": ("trainer.json", lambda d: d["data"][0][1].update(counter=[1]),
-                                          "data[0][1].counter must be a whole number"),
+    "a data position of the wrong kind": ("trainer.json", lambda d: d["data"][0][1].update(left=[[1]]),
+                                          "data[0][1].left[0] must be a whole number"),
     "optimizer lr: \"fast\"": ("optimizer.json", lambda d: d["param_groups"][0].update(lr="fast"),
                                "optimizer.json: param_groups[0].lr must be a finite number"),
     "optimizer params not indices": ("optimizer.json", lambda d: d["param_groups"][0].update(params="all"),
                                      "param_groups[0].params must be a list of parameter indices"),
-    "a data position of another batch": ("trainer.json", lambda d: d["data"][0][0].update(queues=[[]]),
+    "a data position of another batch": ("trainer.json", lambda d: d["data"][0][0].update(current=[[]] * 99),
                                          "do not fit this run"),
 }
 
