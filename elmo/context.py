@@ -37,6 +37,8 @@ _EITHER = {"의", "에", "에서", "에게", "에게서", "한테", "한테서",
 _RIEUL = 8  # final consonant ㄹ: takes 로 like a vowel (서울로)
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
+TIE = 1e-9  # cosines this close are equal (identical vectors give identical cosines; float64 rounding aside)
+
 
 @dataclass
 class Occurrence:
@@ -165,7 +167,8 @@ class SenseSeparation:
 
     ``within``: mean cosine of same-label pairs, per label; ``across``: mean cosine of pairs with different labels;
     ``triplets``: of all (anchor, same-label other, different-label other) triples, the share where the same-label
-    occurrence is the closer one to the anchor; ``nearest``: leave-one-out 1-nearest-neighbour accuracy.
+    occurrence is the closer one to the anchor (a tie counts half); ``nearest``: leave-one-out 1-nearest-neighbour
+    accuracy (neighbours tied for nearest share the credit: the expected accuracy of picking one at random).
     """
 
     within: dict[str, float]
@@ -188,12 +191,17 @@ def sense_separation(found: Sequence[Occurrence], layer: int = -1) -> SenseSepar
     off_diagonal = ~np.eye(len(found), dtype=bool)
     within = {name: float(cosines[np.outer(labels == name, labels == name) & off_diagonal].mean())
               for name in sorted(counts)}
-    closer = [(cosines[i, same[i] & off_diagonal[i]][:, None] > cosines[i, ~same[i]][None, :]).ravel()
-              for i in range(len(found))]  # per anchor: (same-label others x other-label occurrences)
+    # ties (equal up to rounding: at the context-free layer 0 every occurrence of a word form has one vector) count
+    # half in a triple, and share a nearest neighbour's credit among the tied: no result depends on file order
+    closer = [np.where(np.abs(d) <= TIE, 0.5, (d > 0).astype(float)) for d in (
+        cosines[i, same[i] & off_diagonal[i]][:, None] - cosines[i, ~same[i]][None, :] for i in range(len(found)))]
+    # per anchor: (same-label others x other-label occurrences), 1 closer, 0.5 a tie, 0 farther
     masked = np.where(off_diagonal, cosines, -np.inf)
+    tied = masked >= masked.max(axis=1, keepdims=True) - TIE  # (N, N) the nearest, ties included
+    nearest = (tied & same).sum(axis=1) / tied.sum(axis=1)  # (N,) expected hit of a random pick among them
     return SenseSeparation(within=within, across=float(cosines[~same].mean()),
-                           triplets=float(np.concatenate(closer).mean()),
-                           nearest=float((labels[masked.argmax(axis=1)] == labels).mean()))
+                           triplets=float(np.concatenate([c.ravel() for c in closer]).mean()),
+                           nearest=float(nearest.mean()))
 
 
 def separation_report(found: Sequence[Occurrence]) -> list[str]:

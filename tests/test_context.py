@@ -119,3 +119,13 @@ def test_a_file_mixing_labelled_and_plain_lines_is_refused_and_plain_lines_are_n
     (tmp_path / "mac.txt").write_bytes(b"the bank of the river\rhe went to the bank\r")
     assert main(["similar", "bank", "--sentences", str(tmp_path / "mac.txt"), *MODEL]) == 1
     assert "mac.txt, line 1: a carriage return" in capsys.readouterr().err
+
+
+def test_sense_separation_counts_ties_half_and_not_by_file_order():
+    """At the context-free layer 0 every occurrence of a word form has one vector: tied triples counted as losses
+    (triplets 0.00) and the nearest neighbour was the first in the file (1-NN 0.50 or 0.33 by sentence order)."""
+    same = np.ones((1, 4), dtype=np.float32)
+    for order in ("mmmrrr", "rmrmrm", "rrrmmm"):
+        found = [Occurrence(i, 0, "money" if c == "m" else "river", same) for i, c in enumerate(order)]
+        stats = sense_separation(found, layer=0)
+        assert stats.triplets == 0.5 and stats.nearest == pytest.approx(2 / 5), order

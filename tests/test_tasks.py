@@ -242,16 +242,16 @@ def test_eval_counts_labels_unseen_in_training_as_errors(model_dir, tmp_path, ca
 def test_wsd_probe_breaks_near_ties_by_wordnet_order():
     """Two senses with the same vector up to float rounding (seen with one word form only, at layer 0): the sense
     WordNet lists first wins, whichever vector rounding made a hair larger; a clear winner still wins."""
-    from elmo.tasks.probes import _accuracy
+    from elmo.tasks.probes import _f1
 
     v = np.array([0.6, 0.8])
     turned = np.array([0.6 + 1e-4 * 0.8, 0.8 - 1e-4 * 0.6])  # cosine with v: 1 - 5e-9
     senses = {"first%1": turned, "second%1": v, "other%1": np.array([1.0, 0.0])}
     instance = (None, 0, "id", ["first%1"], v)
     read = lambda s, t, vectors: vectors  # noqa: E731
-    assert _accuracy([instance], lambda s, t: ["first%1", "second%1"], senses, read) == 1.0
-    assert _accuracy([instance], lambda s, t: ["other%1", "first%1"], senses, read) == 1.0
-    assert _accuracy([instance], lambda s, t: ["second%1", "first%1"], senses, read) == 0.0
+    assert _f1([instance], lambda s, t: ["first%1", "second%1"], senses, read) == 1.0
+    assert _f1([instance], lambda s, t: ["other%1", "first%1"], senses, read) == 1.0
+    assert _f1([instance], lambda s, t: ["second%1", "first%1"], senses, read) == 0.0
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "no offsets", "offsets past the vectors"])
@@ -379,3 +379,16 @@ def test_task_settings_no_head_can_use_are_one_line(change, problem):
     settings = {"task": "classify", "labels": ["neg", "pos"], "n_layers": 3, "dim": 8} | change
     with pytest.raises(ElmoError, match=problem):
         TaskConfig(**settings)
+
+
+def test_wsd_probe_f1_counts_precision_over_the_instances_answered():
+    """An instance whose lemma WordNet's index lacks gets no answer: Raganato et al.'s scorer takes precision over
+    the answered instances and recall over all with a gold key (2 of 2 answered right, 3 with keys: P 1, R 2/3,
+    F1 0.8). The probe printed recall under the name F1."""
+    from elmo.tasks.probes import _f1
+
+    instances = [(None, 0, "a", ["bank%1"], None), (None, 0, "b", ["bank%1", "bank%2"], None),
+                 (None, 1, "c", ["zzz%1"], None)]
+    senses = lambda s, t: ["bank%1", "bank%2"] if t == 0 else []  # noqa: E731
+    assert _f1(instances, senses, {}, lambda s, t, v: v) == pytest.approx(0.8)
+    assert _f1(instances[:2], senses, {}, lambda s, t, v: v) == 1.0

@@ -188,8 +188,9 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
               eval_keys: str | Path, index_sense: str | Path, cache_dir: str | Path,
               static: dict[str, np.ndarray] | None = None, max_sentences: int | None = None,
               progress: bool = True) -> dict[str, float]:
-    """F1 (= accuracy: every instance is answered) of 1-NN sense vectors per layer, the layer mean, static
-    context vectors, and the first-sense baseline alone."""
+    """F1 (Raganato et al. 2017's scorer: precision over the instances answered, recall over those with a gold
+    key) of 1-NN sense vectors per layer, the layer mean, static context vectors, and the first-sense baseline
+    alone. An instance whose lemma and part of speech WordNet's index lacks gets no answer."""
     index = readers.read_wordnet_index_sense(index_sense)
     train = readers.read_wsd_xml(semcor_xml, semcor_keys)[:max_sentences]
     test = readers.read_wsd_xml(eval_xml, eval_keys)
@@ -221,19 +222,20 @@ def probe_wsd(embedder: Embedder, semcor_xml: str | Path, semcor_keys: str | Pat
         raise UsageError(f"{eval_keys}: no instance of {eval_xml} has a gold key; give the keys of that set")
     candidates = lambda s, t: index.get((s.lemmas[t].lower().replace(" ", "_"), s.pos[t]), [])  # noqa: E731
     for name, read in readers_of.items():
-        results[name] = _accuracy(instances, candidates, sums[name], lambda s, t, v, read=read: read(v))
+        results[name] = _f1(instances, candidates, sums[name], lambda s, t, v, read=read: read(v))
     if static is not None:
-        results["word2vec (context)"] = _accuracy(instances, candidates, static_sums,
-                                                  lambda s, t, v: _static_context(static, s.tokens, t))
-    results["first WordNet sense"] = _accuracy(instances, candidates, {}, lambda s, t, v: v[0])
+        results["word2vec (context)"] = _f1(instances, candidates, static_sums,
+                                            lambda s, t, v: _static_context(static, s.tokens, t))
+    results["first WordNet sense"] = _f1(instances, candidates, {}, lambda s, t, v: v[0])
     return results
 
 
-def _accuracy(instances, candidates, sense_vectors: dict[str, np.ndarray], read) -> float:
-    """Share of instances whose nearest known sense vector is a gold sense; scores within TIE of the best count as
-    a tie, won by the sense WordNet lists first. (Senses seen only with one word form have the same vector at the
-    context-free layer 0; without the tolerance their order came down to float rounding, 34.51 vs 35.16.)"""
-    correct = 0
+def _f1(instances, candidates, sense_vectors: dict[str, np.ndarray], read) -> float:
+    """F1 of the answers: each instance's nearest known sense vector (the first WordNet sense when none of its
+    senses has a vector; no answer when WordNet lists none); a hit when it is one of the gold senses. Scores within
+    TIE of the best count as a tie, won by the sense WordNet lists first (senses seen only with one word form have
+    the same vector at the context-free layer 0, so float rounding alone would order them: 34.51 vs 35.16)."""
+    correct = answered = 0
     for sentence, token, _, keys, vectors in instances:
         senses = candidates(sentence, token)
         known = [k for k in senses if k in sense_vectors]
@@ -243,5 +245,7 @@ def _accuracy(instances, candidates, sense_vectors: dict[str, np.ndarray], read)
             guess = known[int(np.flatnonzero(scores >= scores.max() - TIE)[0])]
         else:
             guess = senses[0] if senses else None
+        answered += guess is not None
         correct += guess in keys
-    return correct / max(len(instances), 1)
+    precision, recall = correct / max(answered, 1), correct / max(len(instances), 1)
+    return 2 * precision * recall / (precision + recall) if correct else 0.0
