@@ -509,3 +509,13 @@ def test_a_tsv_header_without_the_columns_says_what_to_rename(tmp_path):
     path.write_text("id\tdocument\tlabel\n1\tgood film\t1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="rename the header's columns to 'text' and 'label'"):
         read_label_text_tsv(path)
+
+
+def test_conllu_sentences_without_a_blank_line_between_are_refused(tmp_path):
+    """Two sentences with no blank line between them were read as one (a wrong count and a wrong context)."""
+    path = write(tmp_path / "x.conllu", "# sent_id = 1\n1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n"
+                                         "# sent_id = 2\n1\tBye\tbye\tINTJ\tUH\t_\t0\troot\t_\t_\n")
+    with pytest.raises(DataFormatError, match="word ID 1 where 2 was expected") as excinfo:
+        read_conllu(path)
+    assert_format_error(excinfo, path, 4)
+    assert "a blank line is missing" in str(excinfo.value)

@@ -103,6 +103,27 @@ def _check_gold(task: str, path: str | Path, gold: list) -> None:
                          f"entities")
 
 
+def _check_bio(path: str | Path, gold: list[list[str]], lines: list[int], labels: set[str] | None = None) -> None:
+    """NER tags against BIO, which the head's decoder follows (an ``I-X`` only after ``B-X`` or ``I-X``). A type with
+    ``I-X`` among ``labels`` but no ``B-X`` could never be predicted (IOB1 tags read as BIO): refused. An ``I-X``
+    that opens an entity in ``gold`` (an annotation slip, or IOB1) is never predicted there: a warning."""
+    inside = {tag[2:] for tag in labels or () if tag.startswith("I-")}
+    missing = sorted(inside - {tag[2:] for tag in labels or () if tag.startswith("B-")})
+    if missing:
+        raise UsageError(f"{path}: tags I-{missing[0]} but no B-{missing[0]}: the head reads BIO tags, and "
+                         f"these look like IOB1 (I- opening an entity); convert them to BIO, or read the file with "
+                         f"--format conll2003, which converts IOB1")
+    breaks = [(index, position, before, tag) for index, tags in enumerate(gold)
+              for position, (before, tag) in enumerate(zip(["O", *tags], tags))
+              if tag.startswith("I-") and before not in ("B-" + tag[2:], tag)]
+    if breaks:
+        index, position, before, tag = breaks[0]
+        where = f"line {lines[index]}" if lines[index] else f"sentence {index + 1} (counting from 1)"
+        warnings.warn(f"{path}: {len(breaks)} I- tag(s) open an entity instead of continuing one (first: {where}, "
+                      f"tag {position + 1} is {tag} after {before}); the head never predicts such a tag, so those "
+                      f"entities count as missed")
+
+
 def _check_two_labels(labels: list[str], train_path: str | Path, dev_path: str | Path) -> None:
     """A head of one label can only predict it: its accuracy is 100 % whatever it learns, so it is refused."""
     if len(labels) < 2:
@@ -154,6 +175,9 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
         dev_inputs, dev_gold, dev_lines = read_examples(task, dev_path, fmt, max_dev)
         _check_gold(task, dev_path, dev_gold)
         labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
+        if task == "ner":
+            for path, gold, lines in ((train_path, train_gold, train_lines), (dev_path, dev_gold, dev_lines)):
+                _check_bio(path, gold, lines, _label_set(gold))
         _check_two_labels(labels, train_path, dev_path)
         dev_only = sorted(_label_set(dev_gold) - _label_set(train_gold))
         if dev_only:  # a class with no training example: the head can hardly predict it
@@ -182,6 +206,8 @@ def evaluate_task(task_dir: str | Path, data: str | Path, fmt: str | None = None
     head, config = load_task(task_dir)
     inputs, gold, lines = read_examples(config.task, data, fmt or config.data_format, max_items)
     _check_gold(config.task, data, gold)
+    if config.task == "ner":
+        _check_bio(data, gold, lines)  # the head's labels are its own: the warning alone
     unknown = sorted(_label_set(gold) - set(config.labels))
     if unknown:  # the head can never predict them: they count as errors (and, for NER, as missed spans)
         warnings.warn(f"{data}: {len(unknown)} label(s) the model never saw in training count as errors: "

@@ -170,3 +170,22 @@ def test_probe_pos_names_dev_tags_the_training_data_never_shows(model, tmp_path,
                   tmp_path / "c", "--epochs", "1", "--quiet")
     assert rc == 0 and "Traceback" not in err
     assert "dev.conllu: 1 tag(s) appear in the dev data but not in the training data, 16.7% of the dev tokens" in err
+
+
+def test_ner_tags_that_are_not_bio_are_refused_or_said(model, tmp_path, capsys, caplog):
+    """IOB1 tags read as WNUT (kept as written): an entity opened by I-LOC can never be decoded (I- only follows B-
+    or I- of its type), so its recall was 0 without a word."""
+    good, iob1 = tmp_path / "good.txt", tmp_path / "iob1.txt"
+    good.write_text("EU\tB-ORG\nrejects\tO\n\nGerman\tB-MISC\ncall\tO\n", encoding="utf-8")
+    iob1.write_text("EU\tB-ORG\nrejects\tO\n\nin\tO\nParis\tI-LOC\n", encoding="utf-8")
+    common = ["--format", "wnut17", "--model", model, "--cache", tmp_path / "c", "--epochs", "1", "--hidden", "4",
+              "--quiet"]
+    rc, err = cli(capsys, "task", "train", "ner", "--train", iob1, "--dev", good, "--out", tmp_path / "t", *common)
+    assert rc == 1
+    one_error_line(err, "iob1.txt: tags I-LOC but no B-LOC", "--format conll2003")
+    assert not (tmp_path / "t").exists()
+    slip = tmp_path / "slip.txt"  # WNUT17's dev set has one: "I-person I-creative-work"
+    slip.write_text("EU\tB-ORG\nrejects\tO\n\nthe\tB-LOC\nParis\tI-LOC\nshow\tI-ORG\n", encoding="utf-8")
+    assert cli(capsys, "task", "train", "ner", "--train", good, "--dev", slip, "--out", tmp_path / "t", *common)[0] == 0
+    assert "slip.txt: 1 I- tag(s) open an entity instead of continuing one (first: sentence 2 (counting from 1), " \
+           "tag 3 is I-ORG after I-LOC)" in caplog.text

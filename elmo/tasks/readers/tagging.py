@@ -112,6 +112,10 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[TaggedSentence]:
                                       "fix the line (fields are separated by single TABs, '_' for empty)")
             if "-" in fields[0] or "." in fields[0]:
                 continue
+            if fields[0] != str(len(tokens) + 1):  # IDs count the words of one sentence from 1
+                raise DataFormatError(path, number, f"word ID {fields[0]} where {len(tokens) + 1} was expected",
+                                      "a blank line is missing between two sentences"
+                                      if fields[0] == "1" else "number the words of each sentence 1, 2, 3, ...")
             if not fields[1] or not fields[index]:
                 raise DataFormatError(path, number, f"an empty {'FORM' if not fields[1] else column.upper()} field",
                                       "CoNLL-U writes '_' for a field without a value")
