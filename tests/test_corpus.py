@@ -217,3 +217,13 @@ def test_per_row_queues_of_several_processes_are_refused_in_one_line(tmp_path):
     with pytest.raises(ModelFileError, match="per-row queues, which the processes of a resumed run cannot share"):
         check_trainer_record(record, tmp_path / "trainer.json")
     check_trainer_record({**record, "world": 1, "data": [[queued, queued]]}, tmp_path / "trainer.json")
+
+
+@pytest.mark.parametrize("tokenizer, shown", [(lambda s: s.split(" "), "''"), (lambda s: [s], "'w1  w2 w3'")])
+def test_a_token_that_is_empty_or_spaced_is_refused_naming_the_line(tmp_path, tokenizer, shown):
+    """An empty token from a custom tokenizer (``s.split(" ")`` on two spaces) became the batcher's all-zero
+    padding slot, with a real target; a token with spaces fits no vocabulary."""
+    (tmp_path / "t.txt").write_text("a\nw1  w2 w3\n", encoding="utf-8")
+    source = SentenceSource([tmp_path / "t.txt"], tokenizer, shuffle=False, loop=False)
+    with pytest.raises(CorpusError, match=rf"t.txt, line 2: the tokenizer gave token \d as {shown}, empty or with"):
+        source.next_chunk()

@@ -169,6 +169,11 @@ class SentenceSource:
                     tokens = tokens_of(self.tokenizer, text)  # a list of strings: a string's letters are no tokens
                 except Exception as err:  # a tokenizer plug-in failing on one line should say where
                     raise CorpusError(f"{path}, line {self.line}: tokenizer failed ({err})") from None
+                bad = next((k for k, token in enumerate(tokens) if not token or any(c.isspace() for c in token)), None)
+                if bad is not None:  # "" is also the batcher's empty slot; a spaced word no vocabulary can hold
+                    raise CorpusError(f"{path}, line {self.line}: the tokenizer gave token {bad + 1} as "
+                                      f"{tokens[bad]!r}, empty or with whitespace in it; a tokenizer must return "
+                                      f"words without spaces (str.split() drops empty ones)")
                 if self.max_tokens is not None and len(tokens) > self.max_tokens:
                     raise CorpusError(f"{path}, line {self.line}: {len(tokens):,} tokens, above the limit of "
                                       f"{self.max_tokens:,} per sentence; split it into sentences, one per line")
