@@ -40,7 +40,7 @@ def test_vocab_train_resume_perplexity_score_substitutes_export(text_slices, tmp
     assert main(["perplexity", run, str(dev), "--quiet", "--max-sentences", "50"]) == 0
     out = capsys.readouterr().out
     assert "forward" in out and "backward" in out and "mean" in out
-    # 50 sentences in 64 rows: one each, every one from the zero state; in 4 rows the state carries
+    # in 4 rows the state carries from sentence to sentence; --zero-state starts each from zeros
     assert main(["perplexity", run, str(dev), "--quiet", "--max-sentences", "50", "--batch-size", "4"]) == 0
     carried = capsys.readouterr().out
     assert main(["perplexity", run, str(dev), "--quiet", "--max-sentences", "50", "--zero-state"]) == 0
@@ -48,7 +48,6 @@ def test_vocab_train_resume_perplexity_score_substitutes_export(text_slices, tmp
     figures = [dict(zip(text.split()[0::2], map(float, text.replace("%", "").split()[1::2])))
                for text in (out, carried, zero)]
     assert figures[2]["tokens"] == figures[0]["tokens"] == figures[1]["tokens"]
-    assert abs(figures[2]["forward"] / figures[0]["forward"] - 1) < 1e-4  # one row per sentence = from zeros
     assert abs(figures[2]["forward"] / figures[1]["forward"] - 1) > 1e-3
     assert main(["score", run, "the film was good .", "good was film the ."]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2

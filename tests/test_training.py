@@ -86,7 +86,8 @@ def test_resume_continues_exactly(text_slices, tmp_path, report):
     recorded = json.loads(config_file.read_text())
     assert recorded["train"].pop("zero_state_share") == 0.5
     config_file.write_text(json.dumps(recorded))
-    older = Trainer(config, [train], tmp_path / "b4", resume=tmp_path / "b", progress=False)
+    unset = config.replace(zero_state_share=TrainConfig().zero_state_share)  # as a config that does not set it
+    older = Trainer(unset, [train], tmp_path / "b4", resume=tmp_path / "b", progress=False)
     assert older.config.zero_state_share == 0.0
     adapted = Trainer(config, [train], tmp_path / "b5", init_from=tmp_path / "b", progress=False)
     assert adapted.config.zero_state_share == 0.5  # a new run from those weights takes the config given

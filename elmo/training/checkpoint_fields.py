@@ -44,6 +44,8 @@ def check_trainer_record(record: Any, path: Path) -> None:
         _whole(record.get(key), path, key)
     _number(record.get("elapsed"), path, "elapsed")
     world = _whole(record.get("world", 1), path, "world", 1)
+    if not isinstance(record.get("tokenizer_function", False), bool):
+        raise _fail(path, "tokenizer_function", "must be true or false")
     files = record.get("files", [])
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise _fail(path, "files", "must be a list of file names")

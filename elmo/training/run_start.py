@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -203,12 +203,31 @@ def load_resumable(resume: str | Path) -> Checkpoint:
 def resumed_settings(checkpoint: Checkpoint, config: TrainConfig, vocab: Vocabulary | None,
                      given: dict | None) -> tuple[TrainConfig, Vocabulary]:
     """A resumed run's config and vocabulary: the checkpoint's, with the settings given now applied over them by
-    ``TrainConfig.resumed`` (without ``given``, only ``config``'s stopping limits)."""
+    ``TrainConfig.resumed``. Without ``given`` (the Python API), what ``config`` sets apart from the defaults is
+    given, and its stopping limits: a setting the checkpoint fixes is then refused, not silently dropped."""
     saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
-    config = saved.resumed(given if given is not None else
-                           {"max_steps": config.max_steps, "max_minutes": config.max_minutes})
+    if given is None:
+        defaults = TrainConfig()
+        given = {f.name: getattr(config, f.name) for f in fields(config)
+                 if f.name != "model" and getattr(config, f.name) != getattr(defaults, f.name)}
+        given |= {"max_steps": config.max_steps, "max_minutes": config.max_minutes}
+    config = saved.resumed(given)
     check_same_vocabulary(vocab, checkpoint.vocab, checkpoint.path)
     return config.replace(model=checkpoint.bilm.config), checkpoint.vocab
+
+
+def check_tokenizer_function(checkpoint: Checkpoint | None, tokenizer: Callable[[str], list[str]] | None,
+                             config: TrainConfig, env: Distributed) -> None:
+    """A function given as the tokenizer (``Trainer(tokenizer=...)``) cannot be recorded: the checkpoint records
+    that one split the text, so a resume without it, which would split the rest another way, is refused; a new run
+    is told that its checkpoints and exports name ``config.tokenize``, not the function."""
+    if checkpoint is not None and checkpoint.trainer.get("tokenizer_function") and tokenizer is None:
+        raise UsageError(f"{checkpoint.path}: its text was split by a function given as Trainer(tokenizer=...); "
+                         f"give it again to resume (otherwise the text would be split by "
+                         f"{config.tokenize or 'whitespace'})")
+    if tokenizer is not None and checkpoint is None and env.main:
+        warnings.warn(f"the tokenizer function is not recorded: checkpoints and exported models name tokenize = "
+                      f"{config.tokenize or 'whitespace'}, not it; give the same function to resume")
 
 
 def start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None,

@@ -37,8 +37,8 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import (Distributed, run_device, settle_run, training_files, training_text,
-                                     warn_if_mostly_unknown)
+from elmo.training.run_start import (Distributed, check_tokenizer_function, run_device, settle_run,
+                                     training_files, training_text, warn_if_mostly_unknown)
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
@@ -58,7 +58,9 @@ class Trainer:
                  resume: str | Path | None = None, init_from: str | Path | None = None,
                  device: str | None = None, progress: bool = True, given: dict | None = None) -> None:
         """``given``: the settings the user gave for this run (None where not given), applied over a resumed
-        checkpoint's own by ``TrainConfig.resumed``; without it, only ``config``'s stopping limits are."""
+        checkpoint's own by ``TrainConfig.resumed``; without it, what ``config`` sets apart from the defaults.
+        ``tokenizer``: a function str -> list[str] instead of ``config.tokenize``'s; not recorded, so a resume needs
+        it again."""
         self._join_processes(device)
         self.out_dir, self.progress = output_folder(out_dir, "out_dir"), progress and self.env.main  # no file, no ""
         self._checked_unknown, self._lock, self._made_folders, self.closed = False, None, [], False
@@ -76,6 +78,8 @@ class Trainer:
                 init_from: str | Path | None, given: dict | None) -> None:
         """The run's settings, model, optimizer, data streams and, when resuming, the checkpoint's state."""
         checkpoint, start, config, vocab = settle_run(config, vocab, self.out_dir, resume, init_from, given, self.env)
+        check_tokenizer_function(checkpoint, tokenizer, config, self.env)
+        self._tokenizer_function = tokenizer is not None  # recorded in checkpoints: a resume must give it again
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)
         if vocab is None:
@@ -381,7 +385,7 @@ class Trainer:
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
                    "files": self.files, "file_sizes": self.text.sizes, "file_hashes": self.text.hashes,
-                   "data": [s["data"] for s in gathered]}
+                   "data": [s["data"] for s in gathered], "tokenizer_function": self._tokenizer_function}
         try:
             return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
                                    self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,

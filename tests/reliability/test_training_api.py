@@ -243,3 +243,34 @@ def test_a_closed_trainer_writes_nothing_more(texts, tmp_path):
         one_line(err, "closed", "resume=")
     assert sorted(p.name for p in run.rglob("*")) == written
     Trainer(micro_train_config(max_steps=2), [train], run, vocab=vocab, resume=run, progress=False).train()
+
+
+def test_a_resumed_trainer_applies_or_refuses_the_settings_its_config_sets(texts, tmp_path):
+    """``Trainer(config, resume=RUN)`` kept only ``config``'s stopping limits: a new seed or batch size was dropped
+    without a word (the command line refuses them) and a new checkpoint interval was not applied (the command line
+    applies it)."""
+    train, vocab = texts
+    run = tmp_path / "run"
+    config = micro_train_config(max_steps=1)
+    Trainer(config, [train], run, vocab=vocab, progress=False).train()
+    for change in ({"seed": config.seed + 9}, {"batch_size": config.batch_size + 1}):
+        with pytest.raises(ElmoError) as err:
+            Trainer(config.replace(max_steps=2, **change), [train], run, resume=run, progress=False)
+        one_line(err, f"cannot change {next(iter(change))} when resuming")
+    resumed = Trainer(config.replace(max_steps=2, checkpoint_every=7), [train], run, resume=run, progress=False)
+    assert resumed.config.checkpoint_every == 7 and resumed.config.max_steps == 2
+    resumed.close()
+
+
+def test_a_run_split_by_a_tokenizer_function_resumes_only_with_one(texts, tmp_path, recwarn):
+    """A function given as the tokenizer is not recorded: a resume without it split the rest of the text another
+    way (0.83 of the targets <UNK> after it) with no word."""
+    train, vocab = texts
+    run = tmp_path / "run"
+    config = micro_train_config(max_steps=1)
+    Trainer(config, [train], run, vocab=vocab, tokenizer=str.split, progress=False).train()
+    assert any("tokenizer function is not recorded" in str(w.message) for w in recwarn)
+    with pytest.raises(ElmoError) as err:
+        Trainer(config.replace(max_steps=2), [train], run, resume=run, progress=False)
+    one_line(err, "split by a function given as Trainer(tokenizer=...); give it again to resume")
+    Trainer(config.replace(max_steps=2), [train], run, resume=run, tokenizer=str.split, progress=False).train()
