@@ -190,7 +190,7 @@ def test_sentences_waiting_stay_under_one_chunk_and_a_pass_reads_each_once(tmp_p
     while done < per_pass:
         done += batcher.next_batch().tokens
         assert _held(batcher.state_dict()) <= 200
-    assert len({words[1].split("w")[0] for words in taken[: len(lines)]}) == len(lines)  # the first pass: each once
+    assert len({words[0].split("w")[0] for words in taken[: len(lines)]}) == len(lines)  # the first pass: each once
 
 
 def test_a_state_with_per_row_queues_resumes_with_every_queued_sentence(tmp_path):

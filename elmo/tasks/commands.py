@@ -110,7 +110,7 @@ def _check_bio(path: str | Path, gold: list[list[str]], lines: list[int], labels
     inside = {tag[2:] for tag in labels or () if tag.startswith("I-")}
     missing = sorted(inside - {tag[2:] for tag in labels or () if tag.startswith("B-")})
     if missing:
-        raise UsageError(f"{path}: tags I-{missing[0]} but no B-{missing[0]}: the head reads BIO tags, and "
+        raise UsageError(f"{path}: tags I-{missing[0]}, and no file B-{missing[0]}: the head reads BIO tags, and "
                          f"these look like IOB1 (I- opening an entity); convert them to BIO, or read the file with "
                          f"--format conll2003, which converts IOB1")
     breaks = [(index, position, before, tag) for index, tags in enumerate(gold)
@@ -177,7 +177,7 @@ def train_task(task: str, train_path: str | Path, dev_path: str | Path, out: str
         labels = sorted(_label_set(train_gold) | _label_set(dev_gold))
         if task == "ner":
             for path, gold, lines in ((train_path, train_gold, train_lines), (dev_path, dev_gold, dev_lines)):
-                _check_bio(path, gold, lines, _label_set(gold))
+                _check_bio(path, gold, lines, set(labels))  # a type B- opens in either file is not IOB1
         _check_two_labels(labels, train_path, dev_path)
         dev_only = sorted(_label_set(dev_gold) - _label_set(train_gold))
         if dev_only:  # a class with no training example: the head can hardly predict it

@@ -58,9 +58,8 @@ class Trainer:
                  resume: str | Path | None = None, init_from: str | Path | None = None,
                  device: str | None = None, progress: bool = True, given: dict | None = None) -> None:
         """``given``: the settings the user gave for this run (None where not given), applied over a resumed
-        checkpoint's own by ``TrainConfig.resumed``; without it, what ``config`` sets apart from the defaults.
-        ``tokenizer``: a function str -> list[str] instead of ``config.tokenize``'s; not recorded, so a resume needs
-        it again."""
+        checkpoint's own by ``TrainConfig.resumed``; without it, what ``config`` sets apart from the defaults (but
+        model sizes). ``tokenizer``: a function str -> list[str] for ``config.tokenize``; a resume needs it again."""
         self._join_processes(device)
         self.out_dir, self.progress = output_folder(out_dir, "out_dir"), progress and self.env.main  # no file, no ""
         self._checked_unknown, self._lock, self._made_folders, self.closed = False, None, [], False

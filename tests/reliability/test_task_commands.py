@@ -182,7 +182,7 @@ def test_ner_tags_that_are_not_bio_are_refused_or_said(model, tmp_path, capsys, 
               "--quiet"]
     rc, err = cli(capsys, "task", "train", "ner", "--train", iob1, "--dev", good, "--out", tmp_path / "t", *common)
     assert rc == 1
-    one_error_line(err, "iob1.txt: tags I-LOC but no B-LOC", "--format conll2003")
+    one_error_line(err, "iob1.txt: tags I-LOC, and no file B-LOC", "--format conll2003")
     assert not (tmp_path / "t").exists()
     slip = tmp_path / "slip.txt"  # WNUT17's dev set has one: "I-person I-creative-work"
     slip.write_text("EU\tB-ORG\nrejects\tO\n\nthe\tB-LOC\nParis\tI-LOC\nshow\tI-ORG\n", encoding="utf-8")
