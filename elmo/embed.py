@@ -40,6 +40,9 @@ _SPACE = re.compile(r"\s")
 logger = logging.getLogger(__name__)
 
 
+_UNORDERED = "a set of sentences has no order, so the results could not be in input order"
+
+
 class Padded(NamedTuple):
     """Vectors of a batch in one array, as TF-Hub's ``elmo`` output and simple_elmo's ``get_elmo_vectors``."""
 
@@ -220,7 +223,7 @@ class Embedder:
             raise InputTypeError(f"embed_sentences takes an iterable of sentences, got {type(sentences).__name__}; "
                                  f"for one string use embed_sentence")
         _check_batch_size(batch_size)
-        refuse_unordered(sentences, "a set of sentences has no order, so the results could not be in input order")
+        refuse_unordered(sentences, _UNORDERED)
         iterator, first = iter(sentences), 0
         while chunk := list(islice(iterator, batch_size)):
             yield from self._in_order(self.tokenize(chunk, first=first), "all", None, None, False, first)
@@ -264,7 +267,7 @@ class Embedder:
         number of the batch's first sentence in the caller's input, so that an error names the right one."""
         if isinstance(sentences, (str, bytes)) or sentences is None or not _iterable(sentences):
             raise InputTypeError(f"expected a list of sentences (strings or token lists), got {type(sentences).__name__}")
-        refuse_unordered(sentences, "a set of sentences has no order, so the results could not be in input order")
+        refuse_unordered(sentences, _UNORDERED)
         out = []
         for index, sentence in enumerate(sentences):
             if isinstance(sentence, str):
@@ -310,7 +313,7 @@ class Embedder:
             return True, [tokens_of(self.tokenizer, sentences)]
         if isinstance(sentences, bytes) or sentences is None or not _iterable(sentences):
             return False, self.tokenize(sentences)  # raises: says what a sentence list is
-        refuse_unordered(sentences, "a set of sentences has no order, so the results could not be in input order")
+        refuse_unordered(sentences, _UNORDERED)
         items = list(sentences)
         strings = [isinstance(item, str) for item in items]
         if split_into_words and items and all(strings):

@@ -250,8 +250,8 @@ class LMBatcher:
         self.rows = rows or (0, n_rows)
         self.reverse, self.width = reverse, width
         self.pending: deque[list[str]] = deque()  # sentences read and not yet taken by any row, in order
-        self.current: list[list[str]] = [[] for _ in range(self.rows[1] - self.rows[0])]  # this process's rows:
-        # what is left of each one's sentence (boundaries included)
+        # this process's rows: what is left of each one's sentence, boundaries included
+        self.current: list[list[str]] = [[] for _ in range(self.rows[1] - self.rows[0])]
         self.left = [0] * n_rows  # every row: how many words of its sentence are left
         self.exhausted = False
 
