@@ -74,7 +74,7 @@ def test_full_loss_ignores_minus_one_targets():
 
 
 def test_sampled_loss_gradients_match_plain_cross_entropy_over_the_concatenation():
-    """The fused loss (probabilities computed in place, hand-written backward) against autograd through
+    """The fused loss (exponentials computed in place, hand-written backward) against autograd through
     ``cross_entropy(cat([true, sampled]))``, hits included, in float64."""
     torch.manual_seed(1)
     softmax = LMSoftmax(50, 6).double()

@@ -17,8 +17,6 @@ against autograd through ``lstm_step`` (``torch.autograd.gradcheck`` in float64)
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 
 from elmo.model.cell import StepRecord, lstm_step
@@ -32,12 +30,13 @@ class LayerSequence(torch.autograd.Function):
 
     ``projected[d]`` holds x_t W_ih^T + bias of layer d's running rows of every step, step after step;
     ``batch_sizes[t]`` rows (a prefix, rows sorted longest first) run at step t in every layer. Rows past the end keep
-    their last state. Each step runs the D layers' matrix products one by one and their element-wise arithmetic
-    (``lstm_step``) once over all D: at training sizes a step's cost is mostly per operation, not per number.
+    their last state. Each step runs the D layers' matrix products as batched products (``bmm``: on the AMD EPYC 1.4-2x
+    D separate ``mm`` calls at the tiny preset's sizes) and their element-wise arithmetic (``lstm_step``) once over
+    all D: at training sizes a step's cost is mostly per operation, not per number.
 
     Each step reads its previous state straight from the previous step's rows of the buffers (a prefix of them), so
     the forward loop copies nothing; the backward loop multiplies by factors computed for all steps at once, so a
-    step is two matrix products per layer and five element-wise operations.
+    step is two batched matrix products and five element-wise operations.
     """
 
     @staticmethod
@@ -46,8 +45,8 @@ class LayerSequence(torch.autograd.Function):
                 proj_clip: float | None):
         layers, total = projected.shape[:2]
         cells, proj = weight_proj.shape[2], weight_proj.shape[1]
-        hh_t = weight_hh.transpose(1, 2).contiguous().unbind(0)  # D x (P, 4C)
-        proj_t = weight_proj.transpose(1, 2).contiguous().unbind(0)  # D x (C, P)
+        hh_t = weight_hh.transpose(1, 2).contiguous()  # (D, P, 4C)
+        proj_t = weight_proj.transpose(1, 2).contiguous()  # (D, C, P)
         gates = projected.clone()  # (D, N, 4C) each step adds its recurrent product in place; then i, f, o after
         # sigmoid, g after tanh
         memory = projected.new_empty(layers, total, cells)  # c_t after its clip
@@ -66,10 +65,9 @@ class LayerSequence(torch.autograd.Function):
                 h_prev, c_prev = h_prev[:, :n], c_prev[:, :n]
             z, *recorded = (views[t] for views in per_step)  # z (D, n, 4C): projected, activated in place below
             record = StepRecord(*recorded)
-            for z_d, h_d, w_d in zip(z.unbind(0), h_prev.unbind(0), hh_t):
-                z_d.addmm_(h_d, w_d)  # + h_{t-1} W_hh^T
+            z.baddbmm_(h_prev, hh_t)  # + h_{t-1} W_hh^T
             raw = record.output_raw if proj_clip else record.output  # (D, n, P) where m W_proj^T goes
-            lstm_step(z, c_prev, lambda m, out=raw: _each(torch.mm, m, proj_t, out), cell_clip, proj_clip,
+            lstm_step(z, c_prev, lambda m, out=raw: torch.bmm(m, proj_t, out=out), cell_clip, proj_clip,
                       in_place=True, record=record)
             h_prev, c_prev = record.output, record.memory
         h, c = _final_states(h0, c0, outputs, memory, batch_sizes, starts)
@@ -109,7 +107,6 @@ class LayerSequence(torch.autograd.Function):
         step_views = zip(*(buffer.split(batch_sizes, dim=1) if buffer is not None else [None] * len(batch_sizes)
                            for buffer in (grad_outputs, proj_pass, dr_all, into_o, into_cell, cell_pass, into_ifg, f,
                                           dz_all)))
-        hh, projection = weight_hh.unbind(0), weight_proj.unbind(0)  # D x (4C, P), D x (P, C)
         dm = memory.new_empty(layers, batch, cells)  # (D, B, C) one step's gradient of m
         for n, (grad_out, passed, dr, o_factor, cell_factor, cell_passed, ifg_factor, forget, dz) in zip(
                 reversed(batch_sizes), reversed(list(step_views))):
@@ -118,13 +115,13 @@ class LayerSequence(torch.autograd.Function):
                 torch.add(grad_out, dh_n, out=dr)  # (D, n, P)
             else:
                 torch.addcmul(grad_out, dh_n, passed, out=dr)
-            dm_n = _each(torch.mm, dr, projection, dm if n == batch else dm[:, :n])  # (D, n, C)
+            dm_n = torch.bmm(dr, weight_proj, out=dm if n == batch else dm[:, :n])  # (D, n, C)
             torch.mul(dm_n, o_factor, out=dz[..., 3 * cells :])  # (D, n, 4C): dz_o
             dcell = torch.addcmul(dc_n, dm_n, cell_factor)  # (D, n, C)
             if cell_passed is not None:
                 dcell.mul_(cell_passed)
             torch.mul(dcell.unsqueeze(2), ifg_factor, out=dz[..., : 3 * cells].view(layers, n, 3, cells))
-            dh_new = _each(torch.mm, dz, hh, h0.new_empty(layers, n, h0.shape[2]))  # (D, n, P)
+            dh_new = torch.bmm(dz, weight_hh)  # (D, n, P)
             if n == batch:
                 dc, dh = dcell.mul_(forget), dh_new
             else:
@@ -133,16 +130,6 @@ class LayerSequence(torch.autograd.Function):
                    if ctx.needs_input_grad[3] else None)
         grad_proj = torch.bmm(dr_all.transpose(1, 2), hidden) if ctx.needs_input_grad[4] else None  # (D, P, C)
         return dz_all, dh, dc, grad_hh, grad_proj, None, None, None
-
-
-def _each(product, a: torch.Tensor, b: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
-    """``product(a[d], b[d], out=out[d])`` for every layer d: (D, n, k) x D matrices (k, m) -> ``out`` (D, n, m).
-
-    One matrix product per layer rather than one batched product: at these sizes ``torch.bmm`` is slower than D
-    separate products on the CPU."""
-    for a_d, b_d, out_d in zip(a.unbind(0), b, out.unbind(0)):
-        product(a_d, b_d, out=out_d)
-    return out
 
 
 def _starts(batch_sizes: list[int]) -> list[int]:

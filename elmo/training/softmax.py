@@ -94,30 +94,32 @@ class LMSoftmax(nn.Module):
 class SampledCrossEntropy(torch.autograd.Function):
     """Per position ``logsumexp([true, h W_c^T + b_c]) - true``, the hits (rows, cols) of the sampled logits at -inf.
 
-    The same value as cross-entropy over ``cat([true, sampled])`` with the true class first, in one (N, S) buffer:
-    the forward pass turns the logits into probabilities in place and the backward pass into their gradient, so
-    no (N, 1 + S) concatenation, log-softmax or gradient copies are made (the largest tensors of a training step).
+    The same value as cross-entropy over ``cat([true, sampled])`` with the true class first, in one (N, S) buffer,
+    the largest tensor of a training step: the forward pass turns the logits into exp(logit - max) in place and keeps
+    it; the backward pass never writes an (N, S) tensor again. The logits' gradient is ``exps * (grad / total)`` per
+    row, and that row scale is applied to the (N, P) side of each product instead (same values, to rounding)::
+
+        d hidden = (exps W_c) * s        d W_c = exps^T (hidden * s)        d b_c = exps^T s        s = grad / total
     """
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, true_logit: torch.Tensor,
                 rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        probs = torch.addmm(bias, hidden, weight.t())  # (N, S) sampled logits
-        probs[rows, cols] = float("-inf")
-        top = torch.maximum(probs.amax(dim=1), true_logit)  # (N,) amax: 20x max(dim) here, which also finds indices
+        exps = torch.addmm(bias, hidden, weight.t())  # (N, S) sampled logits
+        exps[rows, cols] = float("-inf")
+        top = torch.maximum(exps.amax(dim=1), true_logit)  # (N,) amax: 20x max(dim) here, which also finds indices
         true_exp = torch.exp(true_logit - top)  # (N,)
-        total = probs.sub_(top.unsqueeze(1)).exp_().sum(dim=1) + true_exp  # (N,)
-        probs.div_(total.unsqueeze(1))
-        ctx.save_for_backward(hidden, weight, probs, true_exp / total)
+        total = exps.sub_(top.unsqueeze(1)).exp_().sum(dim=1) + true_exp  # (N,) exps: exp(logit - top), (N, S)
+        ctx.save_for_backward(hidden, weight, exps, total, true_exp / total)
         return torch.log(total) + top - true_logit
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        hidden, weight, probs, true_prob = ctx.saved_tensors
-        grad_logits = probs * grad.unsqueeze(1)  # (N, S)
-        grad_hidden = grad_logits @ weight if ctx.needs_input_grad[0] else None  # (N, P)
-        grad_weight = grad_logits.t() @ hidden if ctx.needs_input_grad[1] else None  # (S, P)
-        grad_bias = grad_logits.sum(0) if ctx.needs_input_grad[2] else None  # (S,)
+        hidden, weight, exps, total, true_prob = ctx.saved_tensors
+        scale = (grad / total).unsqueeze(1)  # (N, 1) each row's factor from exps to the logits' gradient
+        grad_hidden = (exps @ weight).mul_(scale) if ctx.needs_input_grad[0] else None  # (N, P)
+        grad_weight = exps.t() @ (hidden * scale) if ctx.needs_input_grad[1] else None  # (S, P)
+        grad_bias = exps.t() @ scale.squeeze(1) if ctx.needs_input_grad[2] else None  # (S,)
         return grad_hidden, grad_weight, grad_bias, grad * (true_prob - 1.0), None, None
 
 
