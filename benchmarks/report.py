@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import DATA, flops_per_token, matmul_peak_gflops, memory_bandwidth_gbs, sentences  # noqa: E402
+from common import DATA, flops_per_token, matmul_peak_gflops, memory_bandwidth_gbs  # noqa: E402
 from report_sections import (inference_section, memory_section, startup_section,  # noqa: E402
                              training_section)
 

@@ -221,6 +221,8 @@ sys.path.insert(0, {root!r})
 from elmo.data.vocab import Vocabulary
 from elmo.training.config import TrainConfig
 from elmo.training.trainer import Trainer
+from elmo.memory import keep_freed_memory
+keep_freed_memory()  # as `elmo train` does
 config = TrainConfig.load({preset!r}).replace(max_steps=10**9, checkpoint_every=10**9)
 trainer = Trainer(config, [{text!r}], {out!r}, vocab=Vocabulary.load({vocab!r}), progress=False)
 losses = [trainer.train_step()["loss"] for _ in range({warmup})]

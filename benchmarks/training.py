@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATA, peak_rss_mb  # noqa: E402
 
 from elmo.data.vocab import Vocabulary  # noqa: E402
+from elmo.memory import keep_freed_memory  # noqa: E402
 from elmo.training.config import TrainConfig  # noqa: E402
 from elmo.training.trainer import Trainer  # noqa: E402
 
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
+    keep_freed_memory()  # as `elmo train` does
     text = DATA / "en" / "1b-heldout" / "dev.tokens"
     vocab = Vocabulary.build((line.split() for line in text.open(encoding="utf-8")), max_size=50_003)
     print(f"threads {torch.get_num_threads()}, vocabulary {len(vocab):,}\n")

@@ -20,6 +20,7 @@ from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import UsageError
 from elmo.io.model_files import ModelFiles
 from elmo.io.resolve import resolve
+from elmo.memory import keep_freed_memory
 from elmo.training.checkpoint import load_language_model
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.baselines import baseline_perplexities_of_sets, check_trigram_vocabulary
@@ -64,6 +65,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.nproc is not None and args.nproc > 1 and world is None:  # settings checked above, once
         _relaunch_with_torchrun(args.nproc, Path(args.out) / STOP_NAME)
         return
+    keep_freed_memory()  # this process only: each step reuses the last one's memory (elmo/memory.py)
     trainer = Trainer(config, args.files, args.out, vocab=vocab,
                       resume=args.resume, init_from=args.init_from, device=args.device, progress=not args.quiet,
                       given=given)
