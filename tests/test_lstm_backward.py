@@ -74,8 +74,9 @@ def test_float32_training_forward_equals_the_inference_path():
     assert torch.allclose(trained, inferred, atol=1e-6)
 
 
-def _autograd_sequence(projected, h0, c0, weight_hh, weight_proj, sizes, cell_clip, proj_clip):
+def _autograd_sequence(x, weight_ih, bias, h0, c0, weight_hh, weight_proj, sizes, cell_clip, proj_clip):
     """LayerSequence's contract computed by autograd through ``lstm_step`` step by step (same packed layout)."""
+    projected = x @ weight_ih.t() + bias  # (N, 4C)
     h, c, outputs, start = h0, c0, [], 0
     for n in sizes:
         z = projected[start : start + n] + h[:n] @ weight_hh.t()  # (n, 4C)
@@ -90,20 +91,22 @@ def _autograd_sequence(projected, h0, c0, weight_hh, weight_proj, sizes, cell_cl
 def test_hand_written_backward_equals_autograd_through_the_step(clip):
     """The same step function, differentiated by hand (LayerSequence) and by autograd: outputs and every gradient."""
     torch.manual_seed(2)
-    sizes, cells, proj = [4, 3, 3, 1], 6, 3
-    projected = (3 * torch.randn(sum(sizes), 4 * cells, dtype=torch.float64)).requires_grad_()
+    sizes, cells, proj, width = [4, 3, 3, 1], 6, 3, 5
+    x = torch.randn(sum(sizes), width, dtype=torch.float64, requires_grad=True)
+    weight_ih = (2 * torch.randn(4 * cells, width, dtype=torch.float64)).requires_grad_()
+    bias = torch.randn(4 * cells, dtype=torch.float64, requires_grad=True)
     h0 = torch.randn(4, proj, dtype=torch.float64, requires_grad=True)
     c0 = torch.randn(4, cells, dtype=torch.float64, requires_grad=True)
     weight_hh = (2 * torch.randn(4 * cells, proj, dtype=torch.float64)).requires_grad_()
     weight_proj = (2 * torch.randn(proj, cells, dtype=torch.float64)).requires_grad_()
-    inputs = (projected, h0, c0, weight_hh, weight_proj)
+    inputs = (x, weight_ih, bias, h0, c0, weight_hh, weight_proj)
     ours = _one_layer(*inputs, sizes, clip, clip)
     plain = _autograd_sequence(*inputs, sizes, clip, clip)
     weights = [torch.randn_like(t) for t in plain]
     grads = [torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, run)), inputs) for run in (ours, plain)]
     for a, b in zip(ours, plain):
         assert torch.allclose(a, b, atol=1e-13)
-    for name, a, b in zip(["projected", "h0", "c0", "W_hh", "W_proj"], *grads):
+    for name, a, b in zip(["x", "W_ih", "bias", "h0", "c0", "W_hh", "W_proj"], *grads):
         assert torch.allclose(a, b, atol=1e-12), name
     if clip:
         assert float(ours[0].detach().abs().max()) == pytest.approx(clip)
@@ -111,9 +114,9 @@ def test_hand_written_backward_equals_autograd_through_the_step(clip):
     assert torch.autograd.gradcheck(lambda *args: _one_layer(*args, sizes, clip, clip), inputs)
 
 
-def _one_layer(projected, h0, c0, weight_hh, weight_proj, sizes, cell_clip, proj_clip):
+def _one_layer(x, weight_ih, bias, h0, c0, weight_hh, weight_proj, sizes, cell_clip, proj_clip):
     """LayerSequence over one layer (D = 1)."""
-    out, h, c = LayerSequence.apply(projected[None], h0[None], c0[None], weight_hh[None], weight_proj[None], sizes,
+    out, h, c = LayerSequence.apply(*(t[None] for t in (x, weight_ih, bias, h0, c0, weight_hh, weight_proj)), sizes,
                                     cell_clip, proj_clip)
     return out[0], h[0], c[0]
 
@@ -125,8 +128,8 @@ def test_layers_side_by_side_equal_each_layer_alone(sizes):
     torch.manual_seed(5)
     cells, proj = 6, 3
     pairs = [[(s * torch.randn(*shape, dtype=torch.float64)).requires_grad_() for _ in range(2)]
-             for s, shape in ((3, (sum(sizes), 4 * cells)), (1, (4, proj)), (1, (4, cells)), (2, (4 * cells, proj)),
-                              (2, (proj, cells)))]
+             for s, shape in ((1, (sum(sizes), 5)), (2, (4 * cells, 5)), (1, (4 * cells,)), (1, (4, proj)),
+                              (1, (4, cells)), (2, (4 * cells, proj)), (2, (proj, cells)))]
     together = LayerSequence.apply(*(torch.stack(pair) for pair in pairs), sizes, 0.7, 0.7)
     weights = [torch.randn_like(t) for t in together]
     grads = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, together)), [t for p in pairs for t in p])

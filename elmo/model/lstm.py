@@ -90,8 +90,8 @@ class LayersSideBySide:
     ``run_stack`` for training, where both directions' windows have the same shape.
 
     ``(x (D, N, In), batch_sizes, (h (D, B, P), c (D, B, C))) -> (outputs (D, N, P), (h, c))``, where ``x[d]`` is
-    direction d's positions time-major (step t's rows a contiguous slice of ``batch_sizes[t]`` rows). The input
-    products of all steps are one batched product; the time loop is one ``LayerSequence`` over the D layers.
+    direction d's positions time-major (step t's rows a contiguous slice of ``batch_sizes[t]`` rows): one
+    ``LayerSequence`` over the D layers (the input products of all steps in one batched product, then the time loop).
     Under autocast (mixed-precision training) each layer runs its own step-by-step autograd path instead.
     """
 
@@ -102,9 +102,8 @@ class LayersSideBySide:
         if torch.is_autocast_enabled(x.device.type):
             return self._one_by_one(x, batch_sizes, state)
         first = self.layers[0]
-        bias = self._stacked("bias").unsqueeze(1)  # (D, 1, 4C)
-        projected = torch.baddbmm(bias, x, self._stacked("weight_ih").transpose(1, 2))  # (D, N, 4C) all steps at once
-        out, h, c = LayerSequence.apply(projected, *state, self._stacked("weight_hh"), self._stacked("weight_proj"),
+        weights = (self._stacked(name) for name in ("weight_ih", "bias"))  # (D, 4C, In), (D, 4C)
+        out, h, c = LayerSequence.apply(x, *weights, *state, self._stacked("weight_hh"), self._stacked("weight_proj"),
                                         batch_sizes, first.cell_clip, first.proj_clip)
         return out, (h, c)
 

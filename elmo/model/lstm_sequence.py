@@ -1,14 +1,14 @@
-"""A layer's whole time loop as one autograd operation, with a hand-written backward pass (training); training
+"""A layer's whole computation (input products and time loop) as one autograd operation, with a hand-written backward pass (training); training
 runs the forward and the backward direction's layer as one such operation (D = 2).
 
 Autograd through the per-step loop records ~20 small operations per step and, in the backward pass, multiplies
 out each step's weight gradients separately (e.g. (P, n) x (n, 4C) for W_hh at every step). Here the forward pass
 keeps what the backward pass needs in a few preallocated (D, N, ·) buffers (N = the real positions, time-major, as
-in a PackedSequence), the backward loop carries only the state gradients, and the weight gradients are two
-batched products over all N positions at the end. The forward steps are ``elmo.model.cell.lstm_step``
+in a PackedSequence), the backward loop carries only the state gradients, and the gradients of the input and the
+weights are batched products over all N positions at the end. The forward steps are ``elmo.model.cell.lstm_step``
 (docs/format.md §4.3), recording their intermediates; the backward pass differentiates that step by hand::
 
-    z = projected_t + h_{t-1} W_hh^T          i, f, o = sigmoid(.), g = tanh(.)
+    z = x_t W_ih^T + b + h_{t-1} W_hh^T       i, f, o = sigmoid(.), g = tanh(.)
     c_t = clip(f * c_{t-1} + i * g)           r_t = clip((o * tanh(c_t)) W_proj^T)
 
 with ``clamp``'s gradient (passed where the value was inside [-clip, clip], bounds included). Tests check it
@@ -25,10 +25,12 @@ from elmo.model.cell import StepRecord, lstm_step
 class LayerSequence(torch.autograd.Function):
     """D layers' time loops (one per direction) advanced together, step by step::
 
-        projected (D, N, 4C), h0 (D, B, P), c0 (D, B, C), W_hh (D, 4C, P), W_proj (D, P, C)
+        x (D, N, In), W_ih (D, 4C, In), bias (D, 4C), h0 (D, B, P), c0 (D, B, C), W_hh (D, 4C, P), W_proj (D, P, C)
             -> outputs (D, N, P), h (D, B, P), c (D, B, C)
 
-    ``projected[d]`` holds x_t W_ih^T + bias of layer d's running rows of every step, step after step;
+    ``x[d]`` holds layer d's inputs of the running rows of every step, step after step (time-major, as in a
+    PackedSequence). Their input products x W_ih^T + bias, for all steps at once, are written straight into the
+    buffer where the steps add their recurrent products and activate the gates (one batched product, no copy);
     ``batch_sizes[t]`` rows (a prefix, rows sorted longest first) run at step t in every layer. Rows past the end keep
     their last state. Each step runs the D layers' matrix products as batched products (``bmm``: on the AMD EPYC 1.4-2x
     D separate ``mm`` calls at the tiny preset's sizes) and their element-wise arithmetic (``lstm_step``) once over
@@ -40,20 +42,21 @@ class LayerSequence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, projected: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, weight_hh: torch.Tensor,
-                weight_proj: torch.Tensor, batch_sizes: list[int], cell_clip: float | None,
-                proj_clip: float | None):
-        layers, total = projected.shape[:2]
+    def forward(ctx, x: torch.Tensor, weight_ih: torch.Tensor, bias: torch.Tensor, h0: torch.Tensor,
+                c0: torch.Tensor, weight_hh: torch.Tensor, weight_proj: torch.Tensor, batch_sizes: list[int],
+                cell_clip: float | None, proj_clip: float | None):
+        layers, total = x.shape[:2]
         cells, proj = weight_proj.shape[2], weight_proj.shape[1]
         hh_t = weight_hh.transpose(1, 2).contiguous()  # (D, P, 4C)
         proj_t = weight_proj.transpose(1, 2).contiguous()  # (D, C, P)
-        gates = projected.clone()  # (D, N, 4C) each step adds its recurrent product in place; then i, f, o after
+        # (D, N, 4C) x W_ih^T + bias of every step; each step adds its recurrent product in place, then i, f, o after
         # sigmoid, g after tanh
-        memory = projected.new_empty(layers, total, cells)  # c_t after its clip
+        gates = torch.baddbmm(bias.unsqueeze(1), x, weight_ih.transpose(1, 2))
+        memory = x.new_empty(layers, total, cells)  # c_t after its clip
         memory_raw = torch.empty_like(memory) if cell_clip else None  # c_t before it
         tanh_memory = torch.empty_like(memory)
         hidden = torch.empty_like(memory)  # m_t = o * tanh(c_t)
-        outputs = projected.new_empty(layers, total, proj)  # r_t after its clip
+        outputs = x.new_empty(layers, total, proj)  # r_t after its clip
         outputs_raw = torch.empty_like(outputs) if proj_clip else None  # r_t before it
         # every buffer's per-step views, (D, n_t, .) each, made at once: the gates, then StepRecord's fields
         per_step = [buffer.split(batch_sizes, dim=1) if buffer is not None else [None] * len(batch_sizes)
@@ -63,7 +66,7 @@ class LayerSequence(torch.autograd.Function):
         for t, n in enumerate(batch_sizes):
             if h_prev.shape[1] != n:
                 h_prev, c_prev = h_prev[:, :n], c_prev[:, :n]
-            z, *recorded = (views[t] for views in per_step)  # z (D, n, 4C): projected, activated in place below
+            z, *recorded = (views[t] for views in per_step)  # z (D, n, 4C): input products, activated in place below
             record = StepRecord(*recorded)
             z.baddbmm_(h_prev, hh_t)  # + h_{t-1} W_hh^T
             raw = record.output_raw if proj_clip else record.output  # (D, n, P) where m W_proj^T goes
@@ -72,13 +75,13 @@ class LayerSequence(torch.autograd.Function):
             h_prev, c_prev = record.output, record.memory
         h, c = _final_states(h0, c0, outputs, memory, batch_sizes, starts)
         ctx.batch_sizes, ctx.starts, ctx.clips = batch_sizes, starts, (cell_clip, proj_clip)
-        ctx.save_for_backward(h0, c0, weight_hh, weight_proj, gates, memory, memory_raw, tanh_memory, hidden,
-                              outputs, outputs_raw)
+        ctx.save_for_backward(x, weight_ih, h0, c0, weight_hh, weight_proj, gates, memory, memory_raw, tanh_memory,
+                              hidden, outputs, outputs_raw)
         return outputs, h, c
 
     @staticmethod
     def backward(ctx, grad_outputs, grad_h, grad_c):
-        (h0, c0, weight_hh, weight_proj, gates, memory, memory_raw, tanh_memory, hidden, outputs,
+        (x, weight_ih, h0, c0, weight_hh, weight_proj, gates, memory, memory_raw, tanh_memory, hidden, outputs,
          outputs_raw) = ctx.saved_tensors
         batch_sizes, starts = ctx.batch_sizes, ctx.starts
         cell_clip, proj_clip = ctx.clips
@@ -126,10 +129,14 @@ class LayerSequence(torch.autograd.Function):
                 dc, dh = dcell.mul_(forget), dh_new
             else:
                 dc[:, :n], dh[:, :n] = dcell.mul_(forget), dh_new
+        needs = ctx.needs_input_grad
+        grad_x = torch.bmm(dz_all, weight_ih) if needs[0] else None  # (D, N, In)
+        grad_ih = torch.bmm(dz_all.transpose(1, 2), x) if needs[1] else None  # (D, 4C, In)
+        grad_bias = dz_all.sum(1) if needs[2] else None  # (D, 4C)
         grad_hh = (torch.bmm(dz_all.transpose(1, 2), _previous(h0, outputs, batch_sizes, starts))  # (D, 4C, P)
-                   if ctx.needs_input_grad[3] else None)
-        grad_proj = torch.bmm(dr_all.transpose(1, 2), hidden) if ctx.needs_input_grad[4] else None  # (D, P, C)
-        return dz_all, dh, dc, grad_hh, grad_proj, None, None, None
+                   if needs[5] else None)
+        grad_proj = torch.bmm(dr_all.transpose(1, 2), hidden) if needs[6] else None  # (D, P, C)
+        return grad_x, grad_ih, grad_bias, dh, dc, grad_hh, grad_proj, None, None, None
 
 
 def _starts(batch_sizes: list[int]) -> list[int]:
