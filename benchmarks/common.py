@@ -39,11 +39,15 @@ def matmul_peak_gflops(n: int | None = None, repeats: int = 10, device: str | to
 
 
 def memory_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
-    """Best GB/s of a streaming read (a sum) over a float32 buffer of ``gib`` GiB, far larger than the last-level
-    cache, with the current thread setting: the rate at which weights can stream from memory."""
+    """Best GB/s of two streaming reads of a float32 buffer of ``gib`` GiB, far larger than the last-level cache,
+    with the current thread setting: a sum, and a matrix-vector product over it (what batch 1 does with every
+    weight matrix; the higher of the two, so the batch-1 limit is never understated)."""
     buffer = torch.ones(int(gib * (1 << 30)) // 4)
-    seconds = best_time(lambda: buffer.sum(), repeats)
-    return buffer.numel() * 4 / seconds / 1e9
+    side = 1 << 14
+    matrix = buffer[: buffer.numel() // side * side].view(-1, side)  # (rows, 16,384)
+    vector = torch.ones(side)
+    seconds = [best_time(lambda: buffer.sum(), repeats), best_time(lambda: torch.mv(matrix, vector), repeats)]
+    return max(buffer.numel() * 4 / seconds[0], matrix.numel() * 4 / seconds[1]) / 1e9
 
 
 def step_products_gflops(config: ElmoConfig, rows: int = 32, repeats: int = 20,

@@ -68,7 +68,7 @@ def limits_section(peak: float, bandwidth: float) -> list[str]:
         "| quantity | value |",
         "| --- | ---: |",
         f"| matmul peak (fp32, 2,048 x 2,048, best of MKL and oneDNN) | {peak:,.0f} GFLOP/s |",
-        f"| memory bandwidth (streaming read of 1 GiB) | {bandwidth:,.1f} GB/s |",
+        f"| memory bandwidth (streaming read of 1 GiB: the better of a sum and a matrix-vector product) | {bandwidth:,.1f} GB/s |",
         f"| original model: work per token (char CNN over all 50 slots + biLSTM) | {flops / 1e6:,.0f} MFLOP |",
         f"| compute limit (peak / work per token) | {peak * 1e9 / flops:,.0f} tokens/s |",
         f"| recurrent + projection matrices read per token at batch 1 (fp32) | {weight_bytes / 1e6:,.0f} MB |",
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--bilmtf-python", default=os.environ.get("BILMTF_PYTHON", "/tmp/tfenv/bin/python"),
                         help="a Python with TensorFlow for bilm-tf's trainer (see its README)")
     parser.add_argument("--bilmtf", type=Path, default=DATA.parent / "tools" / "bilmtf" / "bilmtf_train_ref.py")
-    parser.add_argument("--train-batches", type=int, default=120, help="tiny: batches per trainer (4 windows of 30)")
+    parser.add_argument("--train-batches", type=int, default=300, help="tiny: batches per trainer (10 windows of 30)")
     parser.add_argument("--startup-sentences", type=int, default=480)
     parser.add_argument("--memory-counts", default="2000,8000")
     args = parser.parse_args()
