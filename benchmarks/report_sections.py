@@ -73,7 +73,8 @@ def inference_section(peak: float, bandwidth: float) -> list[str]:
              "bandwidth limit for the precision's weights at batch 1, of the compute limit at batch 32. The "
              "bandwidth of this shared machine moves from minute to minute, so batch 1 runs three rounds of (bandwidth, pass, "
              "bandwidth), each pass against the higher of its two bandwidths: the median rate, share and bandwidth "
-             "(in brackets) of the three. "
+             "(in brackets) of the three; over 100 % means the batch-1 products read the weights faster than those two "
+             "streaming reads do. "
              "Max abs diff: every layer against the reference in float32. Cosine: per layer (token layer / LSTM 1 / "
              "LSTM 2), the lowest cosine similarity of a token's vector to its fp32 vector.", "",
              "| batch | order | path | tokens/s | % of limit | x reference | max abs diff | lowest cosine to fp32 |",

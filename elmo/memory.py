@@ -6,10 +6,10 @@
   system when freed (measured by benchmarks/embed_memory.py; figures in BENCHMARKS.md).
 * ``elmo train`` (``keep_freed_memory``): every step allocates the same tensors again. By default glibc hands a
   step's freed megabytes back to the system at the end of the step, and the next step takes them back one page
-  fault per 4 KB: about 4,000 faults a step at the tiny preset, 6-7 % of its time (AMD EPYC, 2 cores). Blocks under
-  32 MB from the heap, and no trimming of it below 1 GiB free, leave the freed memory in place for the next step:
-  under 100 faults a step. The process's resident memory then stays at its peak, which a training run reaches at
-  its first step anyway.
+  fault per 4 KB: about 4,000 faults a step at the tiny preset, 3-7 % of its time (Intel Xeon with AMX, 2 cores).
+  Blocks under 32 MB from the heap, and no trimming of it below 1 GiB free, leave the freed memory in place for the
+  next step: under 100 faults a step. The process's resident memory then stays at its peak, which a training run
+  reaches at its first step anyway.
 
 The settings are global to the process, so only a command-line process makes them, never an import or a library
 call.

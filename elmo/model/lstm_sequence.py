@@ -32,9 +32,9 @@ class LayerSequence(torch.autograd.Function):
     PackedSequence). Their input products x W_ih^T + bias, for all steps at once, are written straight into the
     buffer where the steps add their recurrent products and activate the gates (one batched product, no copy);
     ``batch_sizes[t]`` rows (a prefix, rows sorted longest first) run at step t in every layer. Rows past the end keep
-    their last state. Each step runs the D layers' matrix products as batched products (``bmm``: on the AMD EPYC 1.4-2x
-    D separate ``mm`` calls at the tiny preset's sizes) and their element-wise arithmetic (``lstm_step``) once over
-    all D: at training sizes a step's cost is mostly per operation, not per number.
+    their last state. Each step runs the D layers' matrix products as batched products (``bmm``: 1.4-2x D separate
+    ``mm`` calls at the tiny preset's sizes on an Intel Xeon with AMX) and their element-wise arithmetic
+    (``lstm_step``) once over all D: at training sizes a step's cost is mostly per operation, not per number.
 
     Each step reads its previous state straight from the previous step's rows of the buffers (a prefix of them), so
     the forward loop copies nothing; the backward loop multiplies by factors computed for all steps at once, so a
