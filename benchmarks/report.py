@@ -36,18 +36,20 @@ from report_sections import (inference_section, memory_section, startup_section,
 SECTIONS = ("limits", "inference", "startup", "training", "memory")
 
 
-def _cpuinfo() -> list[str]:
+def _cpuinfo(key: str) -> str | None:
+    """The first ``key`` line's value in /proc/cpuinfo (None where there is none)."""
     try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return []
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(key)), None)
 
 
 def machine() -> dict[str, str]:
-    """CPU model, cores, threads, torch version and commit: what every table is measured on."""
-    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
-               platform.processor() or "unknown CPU")
-    flags = next((line.split(":", 1)[1].split() for line in _cpuinfo() if line.startswith("flags")), [])
+    """CPU model (with AVX-512 and AMX where present), cores, threads, torch version and commit: what every table
+    is measured on."""
+    cpu = _cpuinfo("model name") or platform.processor() or "unknown CPU"
+    flags = (_cpuinfo("flags") or "").split()
     features = [name for flag, name in (("avx512f", "AVX-512"), ("amx_tile", "AMX")) if flag in flags]
     cpu += f" ({', '.join(features)})" if features else ""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -72,7 +74,8 @@ def limits_section(peak: float, bandwidth: float) -> list[str]:
         "| quantity | value |",
         "| --- | ---: |",
         f"| matmul peak (fp32, 2,048 x 2,048, best of MKL and oneDNN) | {peak:,.0f} GFLOP/s |",
-        f"| memory bandwidth (streaming read of 1 GiB: the better of a sum and a matrix-vector product) | {bandwidth:,.1f} GB/s |",
+        "| memory bandwidth (streaming read of 1 GiB: the better of a sum and a matrix-vector product) | "
+        f"{bandwidth:,.1f} GB/s |",
         f"| original model: work per token (char CNN over all 50 slots + biLSTM) | {flops / 1e6:,.0f} MFLOP |",
         f"| compute limit (peak / work per token) | {peak * 1e9 / flops:,.0f} tokens/s |",
         f"| recurrent + projection matrices read per token at batch 1 (fp32) | {weight_bytes / 1e6:,.0f} MB |",

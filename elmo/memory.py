@@ -50,4 +50,5 @@ def keep_freed_memory() -> bool:
     """Keep a training step's freed memory for the next step (no page faults to take it back). The mmap threshold
     is set first: a trim threshold alone also ends glibc's dynamic mmap threshold, sending every block over 128 KB
     to mmap (34,000 faults a step at the tiny preset)."""
-    return _mallopt((M_MMAP_THRESHOLD, TRAINING_MMAP_THRESHOLD_BYTES), (M_TRIM_THRESHOLD, TRAINING_TRIM_THRESHOLD_BYTES))
+    return _mallopt((M_MMAP_THRESHOLD, TRAINING_MMAP_THRESHOLD_BYTES),
+                    (M_TRIM_THRESHOLD, TRAINING_TRIM_THRESHOLD_BYTES))

@@ -32,7 +32,8 @@ def _faults_of_a_repeated_round(keep: bool) -> int:
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the C library is not glibc: the commands leave malloc as it is")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
+                    reason="the C library is not glibc: the commands leave malloc as it is")
 def test_training_keeps_a_steps_freed_memory_where_embedding_hands_it_back():
     kept, embedding = _faults_of_a_repeated_round(True), _faults_of_a_repeated_round(False)
     print(f"\npage faults of a repeated round of 40 x 1 MB: kept {kept}, embed's setting {embedding}")
@@ -40,7 +41,7 @@ def test_training_keeps_a_steps_freed_memory_where_embedding_hands_it_back():
     assert kept < 500
 
 
-def test_the_train_command_keeps_freed_memory_and_the_library_does_not(text_slices, tmp_path, monkeypatch):
+def test_the_train_command_keeps_freed_memory_and_vocab_build_does_not(text_slices, tmp_path, monkeypatch):
     import elmo.cli.train
     from elmo.cli import main
     from tests.test_cli_training import _micro_toml

@@ -102,9 +102,8 @@ class LayersSideBySide:
         if torch.is_autocast_enabled(x.device.type):
             return self._one_by_one(x, batch_sizes, state)
         first = self.layers[0]
-        weights = (self._stacked(name) for name in ("weight_ih", "bias"))  # (D, 4C, In), (D, 4C)
-        out, h, c = LayerSequence.apply(x, *weights, *state, self._stacked("weight_hh"), self._stacked("weight_proj"),
-                                        batch_sizes, first.cell_clip, first.proj_clip)
+        ih, bias, hh, proj = (self._stacked(name) for name in ("weight_ih", "bias", "weight_hh", "weight_proj"))
+        out, h, c = LayerSequence.apply(x, ih, bias, *state, hh, proj, batch_sizes, first.cell_clip, first.proj_clip)
         return out, (h, c)
 
     def _stacked(self, name: str) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""A layer's whole computation (input products and time loop) as one autograd operation, with a hand-written backward pass (training); training
-runs the forward and the backward direction's layer as one such operation (D = 2).
+"""A layer's whole computation (input products and time loop) as one autograd operation, with a hand-written
+backward pass (training); training runs the forward and the backward direction's layer as one such operation (D = 2).
 
 Autograd through the per-step loop records ~20 small operations per step and, in the backward pass, multiplies
 out each step's weight gradients separately (e.g. (P, n) x (n, 4C) for W_hh at every step). Here the forward pass
