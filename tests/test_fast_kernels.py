@@ -174,3 +174,26 @@ def test_one_row_blocks_hold_the_columns_of_the_transposed_matrix(shape, count):
     assert torch.equal(blocks, expected)
     weight.add_(1.0)
     assert not torch.equal(blocks, weight.t().reshape(shape[1], count, -1).permute(1, 0, 2))
+
+
+@pytest.mark.parametrize("shape", [(0, 9, 16), (1, 1, 4), (7, 13, 24), (50, 9, 256)])
+def test_max_over_positions_is_max_over_dim_1_in_values_and_gradients(shape):
+    """The char CNN's max-pool (a channels-last pool forward, a scatter backward) against ``max(dim=1)``: the same
+    values, and every gradient in the first arg-max slot, ties included (the last positions repeat one value, as
+    windows wholly in a token's padding do); without gradients, the same values from ``amax``."""
+    from elmo.model.char_cnn import max_over_positions
+
+    generator = torch.Generator().manual_seed(shape[0])
+    values = torch.randn(*shape, generator=generator, dtype=torch.float64)
+    if shape[1] >= 3:
+        values[:, -3:] = values[:, -1:].clone()  # three tied positions
+    values[: shape[0] // 2, :, 0] = values[: shape[0] // 2, :1, 0]  # a feature whose positions all tie
+    grad = torch.randn(shape[0], shape[2], generator=generator, dtype=torch.float64)
+    expected_input, got_input = values.clone().requires_grad_(), values.clone().requires_grad_()
+    expected = expected_input.max(dim=1).values
+    got = max_over_positions(got_input)
+    expected.backward(grad)
+    got.backward(grad)
+    assert torch.equal(got, expected) and torch.equal(got_input.grad, expected_input.grad)
+    with torch.no_grad():
+        assert torch.equal(max_over_positions(values), expected.detach())
