@@ -186,3 +186,23 @@ def test_layers_side_by_side_one_by_one_path_equals_the_joint_path():
         assert torch.allclose(a, b, atol=1e-12)
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_training_dropout_keeps_one_minus_p_scaled_and_passes_the_gradient_where_kept(dtype):
+    """Each value is kept with probability 1 - p (here within 5 standard deviations over 200,000 draws) and then
+    equals x / (1 - p); dropped values are 0; the gradient is the same mask and scale; the draws follow the seed."""
+    from elmo.model.lstm import training_dropout
+
+    p, count = 0.3, 200_000
+    x = (torch.rand(count, dtype=dtype) + 1.0).requires_grad_()  # no zeros: a 0 output means dropped
+    torch.manual_seed(5)
+    out = training_dropout(x, p)
+    kept = out.detach() != 0
+    assert out.dtype == dtype and out.shape == x.shape
+    assert abs(kept.double().mean().item() - (1 - p)) < 5 * ((p * (1 - p) / count) ** 0.5)
+    torch.testing.assert_close(out.detach()[kept], x.detach()[kept] / (1 - p), rtol=1e-6, atol=0)
+    out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, kept.to(dtype) / (1 - p), rtol=1e-6, atol=0)
+    torch.manual_seed(5)
+    assert torch.equal(training_dropout(x.detach(), p) != 0, kept)

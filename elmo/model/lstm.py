@@ -194,6 +194,19 @@ def pad_steps(steps: list[torch.Tensor], batch: int, length: int) -> torch.Tenso
 LayerRun = Callable[[torch.Tensor, list[int], State], tuple[torch.Tensor, State]]
 
 
+def training_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout while training: each value kept with probability 1 - p and scaled by 1 / (1 - p).
+
+    On the CPU the mask comes from ``torch.rand`` (u >= p), vectorised: ``nn.functional.dropout``'s ``bernoulli_``
+    draws one number at a time (forward and backward of a (2, 640, 64) batch: 0.48 ms against 0.28 ms on a Xeon).
+    The draw is in float32 whatever x's dtype, so p is kept to 2^-24. Elsewhere ``nn.functional.dropout``.
+    """
+    if x.device.type != "cpu":
+        return nn.functional.dropout(x, p, training=True)
+    keep = torch.rand(x.shape, device=x.device).ge_(p)  # 1.0 where kept, 0.0 where dropped
+    return x * keep.mul_(1.0 / (1.0 - p)).to(x.dtype)
+
+
 def run_stack(layers: Sequence[LayerRun], x: torch.Tensor, batch_sizes: list[int], states: list[State],
               use_skip_connections: bool, dropout: float = 0.0) -> tuple[list[torch.Tensor], list[State]]:
     """One direction: x (B, T, P) sorted longest first through ``layers`` bottom to top, with residual connections
@@ -202,7 +215,7 @@ def run_stack(layers: Sequence[LayerRun], x: torch.Tensor, batch_sizes: list[int
     outputs, finals = [], []
     for index, (layer, state) in enumerate(zip(layers, states)):
         if dropout > 0:
-            x = nn.functional.dropout(x, dropout, training=True)
+            x = training_dropout(x, dropout)
         out, final = layer(x, batch_sizes, state)  # (B, T, P)
         if use_skip_connections and index > 0:
             out = out + x  # the residual is not part of the carried state

@@ -131,10 +131,12 @@ class LayerSequence(torch.autograd.Function):
                 dc[:, :n], dh[:, :n] = dcell.mul_(forget), dh_new
         needs = ctx.needs_input_grad
         grad_x = torch.bmm(dz_all, weight_ih) if needs[0] else None  # (D, N, In)
-        grad_ih = torch.bmm(dz_all.transpose(1, 2), x) if needs[1] else None  # (D, 4C, In)
         grad_bias = dz_all.sum(1) if needs[2] else None  # (D, 4C)
-        grad_hh = (torch.bmm(dz_all.transpose(1, 2), _previous(h0, outputs, batch_sizes, starts))  # (D, 4C, P)
-                   if needs[5] else None)
+        grad_ih = grad_hh = None
+        if needs[1] or needs[5]:  # dz^T [x, h_{t-1}] in one product: dz_all is read once for both
+            grad_ih, grad_hh = torch.bmm(dz_all.transpose(1, 2),  # (D, 4C, In + P)
+                                         torch.cat([x, _previous(h0, outputs, batch_sizes, starts)], 2)
+                                         ).split([x.shape[2], h0.shape[2]], 2)
         grad_proj = torch.bmm(dr_all.transpose(1, 2), hidden) if needs[6] else None  # (D, P, C)
         return grad_x, grad_ih, grad_bias, dh, dc, grad_hh, grad_proj, None, None, None
 

@@ -13,7 +13,7 @@ from elmo.config import ElmoConfig
 from elmo.errors import UsageError
 from elmo.limits import is_whole
 from elmo.model.bilm import BiLM, token_layer
-from elmo.model.lstm import LayersSideBySide, State, run_stack
+from elmo.model.lstm import LayersSideBySide, State, run_stack, training_dropout
 from elmo.training.softmax import LMSoftmax, LogUniformSampler, check_softmax_size
 
 
@@ -64,7 +64,7 @@ class LanguageModel(nn.Module):
                                         self.dropout if self.training else 0.0)
             top = outputs[-1]  # (2, N, P)
             if self.training and self.dropout > 0:
-                top = nn.functional.dropout(top, self.dropout, training=True)
+                top = training_dropout(top, self.dropout)
         new_states = [[(h[d], c[d]) for h, c in finals] for d in range(2)]
         hidden_all = top.reshape(2 * steps * batch, -1).to(self.softmax.weight.dtype)  # (2N, P); float32 under autocast
         targets = torch.stack([f_targets, b_targets]).transpose(1, 2).reshape(-1)  # (2N,) in the same order
