@@ -140,7 +140,7 @@ def main() -> None:
             runner = make()
             seconds = best_time(lambda: run_batches(runner, batches), args.repeats, device)
             out = run_batches(runner, batches)
-            del runner
+            runner = None  # frees this path's weights before the next path is built
             ratio = f"{reference_time / seconds:.2f}" if reference_time else "-"
             diff = "-"
             if reference_out is not None and not name.endswith("stateful"):
