@@ -226,3 +226,30 @@ def test_row_gradients_sum_each_rows_share_as_the_dense_gradient_does():
     assert ids.tolist() == [0, 3, 7, 29] and collector.take() is None
     torch.testing.assert_close(rows, dense[ids])
     assert not dense[[i for i in range(30) if i not in ids.tolist()]].any()
+
+
+def test_clip_with_rows_is_clip_grad_norm_over_the_gradients_and_the_rows():
+    """The global norm over the parameters' gradients and the gathered rows, every one scaled as
+    ``clip_grad_norm_`` scales them (a clip that fires and one that does not); a non-finite gradient gives a
+    non-finite norm."""
+    from elmo.training.row_gradients import clip_with_rows
+
+    torch.manual_seed(3)
+    for max_norm in (0.5, 1e6):
+        params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7)),
+                  torch.nn.Parameter(torch.randn(2, 2))]
+        for p in params[:2]:
+            p.grad = torch.randn_like(p)  # the last one has no gradient
+        rows = torch.randn(4, 3)
+        expected_grads = [p.grad.clone() for p in params[:2]] + [rows.clone()]
+        holders = [torch.nn.Parameter(g.clone()) for g in expected_grads]
+        for holder, grad in zip(holders, expected_grads):
+            holder.grad = grad
+        expected_norm = torch.nn.utils.clip_grad_norm_(holders, max_norm)
+        norm = clip_with_rows(params, rows, max_norm)
+        torch.testing.assert_close(norm, expected_norm)
+        for got, want in zip([p.grad for p in params[:2]] + [rows], [h.grad for h in holders]):
+            torch.testing.assert_close(got, want)
+        assert (max_norm < 1) == (norm.item() > max_norm)  # the clip fired in one case only
+    params[0].grad[0, 0] = float("inf")
+    assert not math.isfinite(float(clip_with_rows(params, None, 1.0)))

@@ -65,10 +65,10 @@ def clip_with_rows(parameters: list[torch.Tensor], rows: torch.Tensor | None, ma
     grads = [p.grad for p in parameters if p.grad is not None] + ([rows] if rows is not None else [])
     if not grads:
         return torch.tensor(0.0)
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))  # ()
+    # one operation over all tensors (``_foreach_``, as clip_grad_norm_ itself does), not two per parameter
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))  # ()
     scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(scale)
+    torch._foreach_mul_(grads, scale)
     return norm
 
 
