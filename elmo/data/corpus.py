@@ -277,6 +277,10 @@ class LMBatcher:
                 raise ValueError(f"batcher state follows {len(state['left'])} rows, this batch has {self.n_rows}")
             self.pending = deque(list(s) for s in state["pending"])
             self.left = [int(n) for n in state["left"]]
+            for row, words in enumerate(self.current):  # this process's rows: the count follows the words kept
+                if self.left[self.rows[0] + row] != len(words) or not all(isinstance(w, str) for w in words):
+                    raise ValueError(f"batcher row {self.rows[0] + row}: left is {self.left[self.rows[0] + row]}, "
+                                     f"but its sentence has {len(words)} words left")
 
     def _next_sentence(self) -> list[str] | None:
         """The next sentence of the shared sequence, without boundaries; None when a one-pass source is done."""

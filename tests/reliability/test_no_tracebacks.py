@@ -85,6 +85,8 @@ TAMPERED = {
                                      "param_groups[0].params must be a list of parameter indices"),
     "a data position of another batch": ("trainer.json", lambda d: d["data"][0][0].update(current=[[]] * 99),
                                          "do not fit this run"),
+    "a row's count of words left edited": ("trainer.json", lambda d: d["data"][0][0]["left"].__setitem__(
+        0, len(d["data"][0][0]["current"][0]) + 5), "do not fit this run (ValueError: batcher row 0: left is"),
 }
 
 
