@@ -153,7 +153,7 @@ class LogUniformSampler:
         if not 0 < n < self.vocab_size:
             raise UsageError(f"need 0 < n_negative_samples < vocabulary size {self.vocab_size}, got {n}")
         draws = torch.empty(0, dtype=torch.long)
-        size = 2 * n
+        size = 3 * n  # from 2,048 of 50,003 words it takes about 4,150 draws: one round, rarely two
         while True:
             u = torch.rand(size, generator=self.generator, dtype=torch.float64)
             more = (torch.exp(u * self._log_range).long() - 1).clamp_(0, self.vocab_size - 1)  # inverse CDF
