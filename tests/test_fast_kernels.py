@@ -197,3 +197,17 @@ def test_max_over_positions_is_max_over_dim_1_in_values_and_gradients(shape):
     assert torch.equal(got, expected) and torch.equal(got_input.grad, expected_input.grad)
     with torch.no_grad():
         assert torch.equal(max_over_positions(values), expected.detach())
+
+
+@pytest.mark.parametrize("high", [262, 1 << 20])  # character ids, and ids that need more than int16 keys
+def test_unique_rows_gives_each_distinct_row_once_and_where_every_row_went(high):
+    from elmo.model.char_cnn import unique_rows
+
+    generator = torch.Generator().manual_seed(high)
+    distinct = torch.randint(0, high, (40, 9), generator=generator)
+    distinct[1] = distinct[0]
+    distinct[1, -1] += 1 << 16 if high > 1 << 16 else 0  # the same row modulo 2^16: only whole ids keep them apart
+    ids = distinct[torch.randint(0, 40, (300,), generator=generator)]  # (300, 9) with repeats
+    unique, inverse = unique_rows(ids)
+    assert torch.equal(unique[inverse], ids)
+    assert len(unique) == len({tuple(row) for row in ids.tolist()})

