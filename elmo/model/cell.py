@@ -45,7 +45,8 @@ class StepRecord(NamedTuple):
 
 
 def lstm_step(z: torch.Tensor, c_prev: torch.Tensor, project: Callable[[torch.Tensor], torch.Tensor],
-              cell_clip: float | None, proj_clip: float | None, in_place: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+              cell_clip: float | None, proj_clip: float | None,
+              in_place: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Gate pre-activations z (n, 4C), previous memory c_prev (n, C) -> (r (n, P), c (n, C)); any leading axes.
 
     ``project`` maps m (n, C) to m W_proj^T (n, P). ``in_place`` overwrites z with its activated gates and
