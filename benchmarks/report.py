@@ -97,6 +97,8 @@ def main() -> None:
                         help="a Python with TensorFlow for bilm-tf's trainer (see its README)")
     parser.add_argument("--bilmtf", type=Path, default=DATA.parent / "tools" / "bilmtf" / "bilmtf_train_ref.py")
     parser.add_argument("--train-batches", type=int, default=300, help="tiny: batches per trainer (10 windows of 30)")
+    parser.add_argument("--small-cpu-batches", type=int, default=30,
+                        help="small-cpu: batches per trainer (300, ten windows, takes bilm-tf about 5 minutes)")
     parser.add_argument("--startup-sentences", type=int, default=480)
     parser.add_argument("--memory-counts", default="2000,8000")
     args = parser.parse_args()
@@ -121,7 +123,8 @@ def main() -> None:
         if "startup" in wanted:
             lines += startup_section(work, args.startup_sentences)
         if "training" in wanted:
-            lines += training_section(work, args.bilmtf_python, args.bilmtf, args.train_batches)
+            lines += training_section(work, args.bilmtf_python, args.bilmtf, args.train_batches,
+                                      args.small_cpu_batches)
         if "memory" in wanted:
             lines += memory_section(work, [int(c) for c in args.memory_counts.split(",")])
     lines.append(f"The whole report took {(time.perf_counter() - start) / 60:.1f} minutes.")

@@ -257,7 +257,8 @@ def _windows(losses: list[float], size: int = 30) -> list[float]:
     return [statistics.fmean(losses[i : i + size]) for i in range(0, len(losses) - size + 1, size)]
 
 
-def training_section(work: Path, python: str, bilmtf: Path, batches: int) -> list[str]:
+def training_section(work: Path, python: str, bilmtf: Path, batches: int,
+                     small_cpu_batches: int = 30) -> list[str]:
     has_tf = Path(python).exists()
     data = _prepare_slice(work, bilmtf)
     lines = ["## Training, side by side with bilm-tf's trainer", "",
@@ -267,7 +268,7 @@ def training_section(work: Path, python: str, bilmtf: Path, batches: int) -> lis
              "| preset | batches | elmo tokens/s | bilm-tf tokens/s | x bilm-tf | elmo loss by window | "
              "bilm-tf loss by window | largest window difference |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
-    for preset, n in (("tiny", batches), ("small-cpu", 30)):
+    for preset, n in (("tiny", batches), ("small-cpu", small_cpu_batches)):
         ours, our_losses = _ours(preset, data, n, 5, work / f"run-{preset}")
         if has_tf:
             theirs, their_losses = _bilmtf(python, bilmtf, preset, data, n, 5, work / f"bilmtf-{preset}.json")
