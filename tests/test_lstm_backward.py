@@ -206,3 +206,32 @@ def test_training_dropout_keeps_one_minus_p_scaled_and_passes_the_gradient_where
     torch.testing.assert_close(x.grad, kept.to(dtype) / (1 - p), rtol=1e-6, atol=0)
     torch.manual_seed(5)
     assert torch.equal(training_dropout(x.detach(), p) != 0, kept)
+
+
+@pytest.mark.parametrize("clip", [None, 0.7])
+def test_recorded_step_equals_lstm_step_and_records_its_intermediates(clip):
+    """``recorded_step`` (gates in the order o, i, f, g, results written into a record's views) against
+    ``lstm_step`` (PyTorch's order i, f, g, o): the same r and c, and the recorded tanh(c), m and values before each
+    clip, with clips that fire."""
+    from elmo.model.cell import StepRecord, recorded_step
+
+    torch.manual_seed(4)
+    rows, cells, proj = 5, 6, 3
+    z = 2 * torch.randn(rows, 4 * cells, dtype=torch.float64)  # i, f, g, o
+    c_prev = 2 * torch.randn(rows, cells, dtype=torch.float64)
+    weight_proj = 2 * torch.randn(proj, cells, dtype=torch.float64)
+    r, c = lstm_step(z.clone(), c_prev, lambda m: m @ weight_proj.t(), clip, clip)
+    gates = torch.roll(z, cells, dims=1)  # o, i, f, g
+    o, i, f, g = gates.chunk(4, dim=1)
+    new = lambda width: torch.full((rows, width), float("nan"), dtype=torch.float64)  # noqa: E731
+    record = StepRecord(gates, gates[:, : 3 * cells], o, i, f, g, new(cells) if clip else None, new(cells),
+                        new(cells), new(cells), new(proj) if clip else None, new(proj))
+    recorded_step(record, c_prev, lambda m, out: torch.mm(m, weight_proj.t(), out=out), clip, clip)
+    torch.testing.assert_close(record.output, r, rtol=0, atol=1e-14)
+    torch.testing.assert_close(record.memory, c, rtol=0, atol=1e-14)
+    torch.testing.assert_close(record.tanh_memory, torch.tanh(c), rtol=0, atol=1e-14)
+    torch.testing.assert_close(record.hidden, torch.sigmoid(z[:, 3 * cells :]) * torch.tanh(c), rtol=0, atol=1e-14)
+    if clip:
+        assert float(record.memory_raw.abs().max()) > clip and float(record.output_raw.abs().max()) > clip
+        assert torch.equal(record.memory_raw.clamp(-clip, clip), record.memory)
+        assert torch.equal(record.output_raw.clamp(-clip, clip), record.output)

@@ -280,7 +280,9 @@ class LMBatcher:
             self.pending = deque(list(s) for s in state["pending"])
             self.left = [int(n) for n in state["left"]]
             for row, words in enumerate(self.current):  # this process's rows: the count follows the words kept
-                if self.left[self.rows[0] + row] != len(words) or not all(isinstance(w, str) for w in words):
+                if not all(isinstance(w, str) for w in words):
+                    raise ValueError(f"batcher row {self.rows[0] + row}: its sentence holds something other than words")
+                if self.left[self.rows[0] + row] != len(words):
                     raise ValueError(f"batcher row {self.rows[0] + row}: left is {self.left[self.rows[0] + row]}, "
                                      f"but its sentence has {len(words)} words left")
 

@@ -92,8 +92,7 @@ class CharEncoder(nn.Module):
         if char_ids.shape[0] < 2:
             return self(char_ids)
         unique, inverse = unique_rows(char_ids)  # (U, W), (N,)
-        # index_select, not [inverse]: its backward adds rows (index_add_), 3x faster than indexing's index_put
-        return self(unique).index_select(0, inverse)  # (N, P)
+        return _take_rows(self(unique), inverse)  # (N, P)
 
     def forward(self, char_ids: torch.Tensor, linears: TokenLinears | None = None) -> torch.Tensor:
         """(N, W) ids of N real tokens -> (N, P) token vectors; ``linears``: the highway and projection layers to run
@@ -109,7 +108,7 @@ class CharEncoder(nn.Module):
         else:
             order = torch.cat([rows for rows, _ in groups])  # (N,) tokens grouped by length
             parts = [self._max_pooled(char_ids[rows, :width], kernel, bias) for rows, width in groups]
-            features = torch.cat(parts).index_select(0, torch.argsort(order))  # (N, F) back in the callers' order
+            features = _take_rows(torch.cat(parts), torch.argsort(order))  # (N, F) back in the callers' order
         x = self._activation(features)  # (N, F)
         for index, highway in enumerate(self.highways):
             x = highway(x, linears.highways[index] if linears else None)  # (N, F)
@@ -151,6 +150,13 @@ class CharEncoder(nn.Module):
             outside = torch.arange(positions, device=out.device).unsqueeze(1) > last  # (W', F)
             out = out.masked_fill(outside, float("-inf"))
         return max_over_positions(out)  # (N, F)
+
+
+def _take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[index] along the first axis. On the CPU by ``index_select``, whose backward adds the rows (``index_add_``:
+    3x faster there than indexing's ``index_put``); elsewhere by indexing, whose backward sorts first and so gives
+    the same sums every run (CUDA's ``index_add_`` adds with atomics, in no fixed order)."""
+    return x.index_select(0, index) if x.device.type == "cpu" else x[index]
 
 
 def max_over_positions(out: torch.Tensor) -> torch.Tensor:

@@ -199,12 +199,13 @@ def training_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
 
     On the CPU the mask comes from ``torch.rand`` (u >= p), vectorised: ``nn.functional.dropout``'s ``bernoulli_``
     draws one number at a time (forward and backward of a (2, 640, 64) batch: 0.48 ms against 0.28 ms on a Xeon).
-    The draw is in float32 whatever x's dtype, so p is kept to 2^-24. Elsewhere ``nn.functional.dropout``.
+    The draw is in float32 whatever x's dtype (p kept to 2^-24), the scale in x's dtype. Elsewhere
+    ``nn.functional.dropout``.
     """
     if x.device.type != "cpu":
         return nn.functional.dropout(x, p, training=True)
-    keep = torch.rand(x.shape, device=x.device).ge_(p)  # 1.0 where kept, 0.0 where dropped
-    return x * keep.mul_(1.0 / (1.0 - p)).to(x.dtype)
+    keep = torch.rand(x.shape, dtype=torch.float32, device=x.device).ge_(p)  # 1.0 where kept, 0.0 where dropped
+    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 def run_stack(layers: Sequence[LayerRun], x: torch.Tensor, batch_sizes: list[int], states: list[State],

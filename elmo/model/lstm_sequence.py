@@ -5,8 +5,9 @@ Autograd through the per-step loop records ~20 small operations per step and, in
 out each step's weight gradients separately (e.g. (P, n) x (n, 4C) for W_hh at every step). Here the forward pass
 keeps what the backward pass needs in a few preallocated (D, N, ·) buffers (N = the real positions, time-major, as
 in a PackedSequence), the backward loop carries only the state gradients, and the gradients of the input and the
-weights are batched products over all N positions at the end. The forward steps are ``elmo.model.cell.lstm_step``
-(docs/format.md §4.3), recording their intermediates; the backward pass differentiates that step by hand::
+weights are batched products over all N positions at the end. The forward steps are
+``elmo.model.cell.recorded_step`` (docs/format.md §4.3), recording their intermediates; the backward pass
+differentiates that step by hand::
 
     z = x_t W_ih^T + b + h_{t-1} W_hh^T       i, f, o = sigmoid(.), g = tanh(.)
     c_t = clip(f * c_{t-1} + i * g)           r_t = clip((o * tanh(c_t)) W_proj^T)
