@@ -161,8 +161,9 @@ def _step_factors(gates: torch.Tensor, c0: torch.Tensor, memory: torch.Tensor, m
         return into_o, into_cell, into_ifg, f, None
     cell_pass = memory_raw.abs().le(cell_clip).to(memory.dtype)  # (D, N, C) 1 inside
     into_cell.mul_(cell_pass)
-    forget = f * _previous(torch.ones_like(c0), cell_pass, batch_sizes, starts)
-    return into_o, into_cell, into_ifg, forget, _last_rows(torch.ones_like(c0), cell_pass, batch_sizes, starts)
+    unclipped = torch.ones_like(c0)  # (D, B, C) the mask of c0, and of rows that never ran
+    forget = f * _previous(unclipped, cell_pass, batch_sizes, starts)
+    return into_o, into_cell, into_ifg, forget, _last_rows(unclipped, cell_pass, batch_sizes, starts)
 
 
 def _own_order(rows: torch.Tensor, cells: int) -> torch.Tensor:
