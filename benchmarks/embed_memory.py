@@ -23,6 +23,8 @@ sys.path.insert(0, {root!r}); sys.path.insert(0, {bench!r})
 from common import peak_rss_mb
 from random_weights import random_bilm
 from elmo.embed_file import embed_file
+from elmo.memory import keep_freed_memory
+keep_freed_memory()  # as `elmo embed` does
 model = random_bilm({size!r})
 start = time.perf_counter()
 n = embed_file(model, {src!r}, {dst!r}, layers="top", batch_size=64, forget_sentences={forget}, progress=False)

@@ -1,18 +1,20 @@
-"""glibc's malloc settings for the two long-running commands, each the opposite of the other's needs.
+"""glibc's malloc setting for the two long-running commands, ``elmo embed`` and ``elmo train``.
 
-* ``elmo embed`` (``fix_mmap_threshold``): glibc raises its mmap threshold dynamically (up to 32 MB) each time a
-  large block is freed, after which every batch's ever-different tensor sizes are carved from the heap and fragment
-  it, and a long run's resident memory creeps up. A fixed threshold sends large tensors to mmap, returned to the
-  system when freed (measured by benchmarks/embed_memory.py; figures in BENCHMARKS.md).
-* ``elmo train`` (``keep_freed_memory``): every step allocates the same tensors again. By default glibc hands a
-  step's freed megabytes back to the system at the end of the step, and the next step takes them back one page
-  fault per 4 KB: about 4,000 faults a step at the tiny preset, 3-7 % of its time (Intel Xeon with AMX, 2 cores).
-  Blocks under 32 MB from the heap, and no trimming of it below 1 GiB free, leave the freed memory in place for the
-  next step: under 100 faults a step. The process's resident memory then stays at its peak, which a training run
-  reaches at its first step anyway.
+Both repeat the same allocations many times: a training step allocates the same tensors as the step before, and
+every LSTM step of inference allocates its gate products again (2 MB for the original model at batch 32: 32 x 16,384
+float32, made by oneDNN, which takes no output buffer). By default glibc serves blocks over its mmap threshold by mmap
+and hands them back when freed, and trims freed heap above 128 KB; the next use takes the memory back one page fault
+per 4 KB. ``keep_freed_memory`` serves blocks under 32 MB from the heap, with no trimming below 1 GiB free, so freed
+memory stays in place for the next use:
 
-The settings are global to the process, so only a command-line process makes them, never an import or a library
-call.
+* training: about 4,000 faults a tiny step before, under 100 after; 3-7 % of the step's time;
+* embedding: 480 sentences with the original model at batch 32 took 2.3 million faults and 30 % longer with the mmap
+  threshold pinned at 128 KB, 0.1 million with this setting; the process's peak memory on a long file is higher by
+  a fixed amount (tiny model: about 70 MB) and stays flat as the file grows (benchmarks/embed_memory.py; figures in
+  BENCHMARKS.md).
+
+The process's resident memory stays near its peak, reached in its first steps or batches. The setting is global to
+the process, so only a command-line process makes it, never an import or a library call.
 """
 
 from __future__ import annotations
@@ -22,10 +24,8 @@ import ctypes.util
 
 M_TRIM_THRESHOLD = -1  # mallopt parameter numbers in glibc's malloc.h
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 128 * 1024
-DEFAULT_TRIM_THRESHOLD_BYTES = 128 * 1024  # glibc's own
-TRAINING_MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest: blocks under it come from the heap
-TRAINING_TRIM_THRESHOLD_BYTES = 1 << 30  # free heap kept before any is handed back
+MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest: blocks under it come from the heap
+TRIM_THRESHOLD_BYTES = 1 << 30  # free heap kept before any is handed back
 
 
 def _mallopt(*settings: tuple[int, int]) -> bool:
@@ -40,15 +40,9 @@ def _mallopt(*settings: tuple[int, int]) -> bool:
         return False
 
 
-def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Pin glibc's mmap threshold (no dynamic growth) and its default trim threshold: flat memory over a long
-    embedding run."""
-    return _mallopt((M_MMAP_THRESHOLD, threshold), (M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD_BYTES))
-
-
 def keep_freed_memory() -> bool:
-    """Keep a training step's freed memory for the next step (no page faults to take it back). The mmap threshold
+    """Keep freed memory for the next training step or LSTM step (no page faults to take it back). The mmap threshold
     is set first: a trim threshold alone also ends glibc's dynamic mmap threshold, sending every block over 128 KB
     to mmap (34,000 faults a step at the tiny preset)."""
-    return _mallopt((M_MMAP_THRESHOLD, TRAINING_MMAP_THRESHOLD_BYTES),
-                    (M_TRIM_THRESHOLD, TRAINING_TRIM_THRESHOLD_BYTES))
+    return _mallopt((M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
+                    (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))

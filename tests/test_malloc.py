@@ -13,8 +13,9 @@ ROUNDS = r"""
 import resource, sys
 sys.path.insert(0, {root!r})
 import torch
-from elmo.memory import fix_mmap_threshold, keep_freed_memory
-assert fix_mmap_threshold()  # first a known state that hands freed memory back (glibc's default varies with history)
+from elmo.memory import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, _mallopt, keep_freed_memory
+# first a known state that hands freed memory back (glibc's default varies with history): 128 KB thresholds, pinned
+assert _mallopt((M_MMAP_THRESHOLD, 128 << 10), (M_TRIM_THRESHOLD, 128 << 10))
 if {keep!r}:
     assert keep_freed_memory()
 faults = []
@@ -34,11 +35,24 @@ def _faults_of_a_repeated_round(keep: bool) -> int:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
                     reason="the C library is not glibc: the commands leave malloc as it is")
-def test_training_keeps_a_steps_freed_memory_where_embedding_hands_it_back():
-    kept, embedding = _faults_of_a_repeated_round(True), _faults_of_a_repeated_round(False)
-    print(f"\npage faults of a repeated round of 40 x 1 MB: kept {kept}, embed's setting {embedding}")
-    assert embedding > 5_000  # 10,240 pages written, taken back one fault each
+def test_the_commands_setting_keeps_freed_memory_where_pinned_128_kb_thresholds_hand_it_back():
+    kept, handed_back = _faults_of_a_repeated_round(True), _faults_of_a_repeated_round(False)
+    print(f"\npage faults of a repeated round of 40 x 1 MB: kept {kept}, handed back {handed_back}")
+    assert handed_back > 5_000  # 10,240 pages written, taken back one fault each
     assert kept < 500
+
+
+def test_the_embed_command_keeps_freed_memory(tmp_path, monkeypatch):
+    import elmo.cli.embed
+    from elmo.cli import main
+    from tests.conftest import OPTIONS, WEIGHTS
+
+    calls = []
+    monkeypatch.setattr(elmo.cli.embed, "keep_freed_memory", lambda: calls.append(1) or True)
+    (tmp_path / "in.txt").write_text("the bank closed .\n", encoding="utf-8")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--options", str(OPTIONS),
+                 "--weights", str(WEIGHTS), "--top", "--quiet"]) == 0
+    assert calls == [1]
 
 
 def test_the_train_command_keeps_freed_memory_and_vocab_build_does_not(text_slices, tmp_path, monkeypatch):

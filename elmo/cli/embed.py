@@ -18,7 +18,7 @@ from elmo.io.atomic import atomic_folder, check_replaceable_folder
 from elmo.io.native import save_model
 from elmo.io.official import export_official
 from elmo.io.resolve import model_reference
-from elmo.memory import fix_mmap_threshold
+from elmo.memory import keep_freed_memory
 from elmo.model.engine import InferenceEngine
 
 EMBED_TOKENIZERS = ("whitespace", "en", "ko", "ko-morph", "model")
@@ -31,7 +31,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise CommandLineError("--resume needs the input as a file (standard input cannot be read again); "
                                "save it to a file and embed that")
     layers = "top" if args.top else "average" if args.average else "all"
-    fix_mmap_threshold()  # this process only: flat memory over long files (elmo/memory.py)
+    keep_freed_memory()  # this process only: each LSTM step reuses the last one's memory (elmo/memory.py)
     model = load_model(args, stateful=args.stateful)
     engine = InferenceEngine.build(model, "bf16" if args.bf16 else "int8" if args.int8 else "fp32",
                                    read_words(args.cache_vocab) if args.cache_vocab else None, args.device)
