@@ -211,3 +211,40 @@ def test_unique_rows_gives_each_distinct_row_once_and_where_every_row_went(high)
     unique, inverse = unique_rows(ids)
     assert torch.equal(unique[inverse], ids)
     assert len(unique) == len({tuple(row) for row in ids.tolist()})
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("rows", [0, 1, 2, 40])
+def test_distinct_rows_multiplies_each_distinct_row_once_and_gives_every_row_its_product(rows, precision):
+    from elmo.model.engine import PRECISIONS
+
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(1024, 1100, generator=generator) / 30
+    words = torch.randn(max(rows // 3, 1), 1100, generator=generator)  # (U, in): rows repeat them
+    x = words[torch.randint(0, words.shape[0], (rows,), generator=generator)]  # (n, in)
+    if rows == 2:
+        x = words[:1].expand(2, -1).clone()  # two equal rows: one product
+    bias = torch.randn(1024, generator=generator)
+    inner = packed.right_multiplier(weight, PRECISIONS[precision][1], many_rows=True)
+    seen = []
+    spy = lambda rows_in, add=None, out=None: seen.append(rows_in.shape[0]) or inner(rows_in, add, out=out)
+    multiply = packed.DistinctRows(spy)
+    want = inner(x, bias)  # every row multiplied, repeats included
+    for out in (None, torch.empty(rows, 1024)):
+        got = multiply(x, bias, out=out)
+        assert got.shape == (rows, 1024)
+        # float32 rounding apart: a product's blocking may change with the number of rows
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        if out is not None and 0 < torch.unique(x, dim=0).shape[0] < rows and precision != "int8":
+            assert got.data_ptr() == out.data_ptr()  # written into the caller's buffer
+    multiplied = rows if rows < 2 else torch.unique(x, dim=0).shape[0]  # fewer than 2 rows: passed through
+    assert seen == [multiplied] * 2
+
+
+def test_only_each_stacks_first_layer_multiplies_distinct_rows(fixture_model):
+    from elmo.model.engine import InferenceEngine
+
+    engine = InferenceEngine.build(fixture_model)
+    for stack in engine.layers:
+        kinds = [type(layer.products[0]) for layer in stack]
+        assert kinds[0] is packed.DistinctRows and packed.DistinctRows not in kinds[1:]

@@ -34,7 +34,7 @@ from elmo.errors import InputTypeError, UsageError
 from elmo.model.bilm import BiLM, BiLMOutput, Runner, run_bilm
 from elmo.model.char_cnn import CharEncoder, TokenLinears, unique_rows
 from elmo.model.lstm import PROJECTION_BLOCK_BYTES, ProjectedLSTMLayer, State, run_layer, run_stack
-from elmo.model.packed import FrozenLinear, right_multiplier
+from elmo.model.packed import DistinctRows, FrozenLinear, right_multiplier
 from elmo.model.state import StateCarrier
 from elmo.model.token_cache import TokenCache, TokenMemo, build_token_cache
 
@@ -68,11 +68,14 @@ class FrozenLayer:
     and a copy of its bias."""
 
     def __init__(self, layer: ProjectedLSTMLayer, lstm_dtype: torch.dtype | None, device: torch.device,
-                 scratch: ProjectionScratch | None) -> None:
+                 scratch: ProjectionScratch | None, first: bool = False) -> None:
+        """``first``: the stack's first layer, whose inputs (token vectors) repeat: each distinct one is multiplied
+        once (``DistinctRows``)."""
         with torch.no_grad():
             weights = [w.detach().to(device) for w in (layer.weight_ih, layer.weight_hh, layer.weight_proj)]
             weight_ih, weight_hh, weight_proj = weights
-            self.products = (right_multiplier(weight_ih, lstm_dtype, many_rows=True),  # a whole layer's positions
+            input_product = right_multiplier(weight_ih, lstm_dtype, many_rows=True)  # a whole layer's positions
+            self.products = (DistinctRows(input_product) if first else input_product,
                              right_multiplier(weight_hh, lstm_dtype, one_row_blocks=True),  # batch 1 streams it
                              right_multiplier(weight_proj, lstm_dtype, one_row_blocks=True))
             self.bias = layer.bias.detach().to(device).clone()  # (4C,)
@@ -156,7 +159,8 @@ class InferenceEngine:
         self.encoder_dtype = encoder_dtype
         self.token_linears = self._frozen_linears() if packed else None
         self.scratch = ProjectionScratch() if lstm_dtype is None else None
-        self.layers = [[FrozenLayer(layer, lstm_dtype, self.device, self.scratch) for layer in stack.layers]
+        self.layers = [[FrozenLayer(layer, lstm_dtype, self.device, self.scratch, first=index == 0)
+                        for index, layer in enumerate(stack.layers)]
                        for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
         self.skip = [stack.use_skip_connections for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
         self.memo = TokenMemo(self.memo_words)

@@ -16,5 +16,5 @@ def weights_sha256(model: torch.nn.Module) -> str:
     for name, tensor in sorted(model.state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes, any dtype (bf16 too)
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # raw bytes, any dtype (bf16 too), not copied
     return digest.hexdigest()
