@@ -3,7 +3,8 @@
 The trainable ``BiLM`` holds parameters and nothing derived from them. What inference derives from the weights
 lives here, built once by ``InferenceEngine.build`` and dropped with the engine:
 
-* the LSTM matrices pre-packed for BLAS (``elmo.model.packed``), in the chosen precision: "fp32" (exact), "bf16"
+* the LSTM matrices pre-packed for BLAS (``elmo.model.packed``; the first layer's input projections computed once
+  per distinct token vector), in the chosen precision: "fp32" (exact), "bf16"
   (matrix products and convolutions in bfloat16: vectors about 0.5 % off, single values by 1e-2 to 3e-2) or "int8"
   (the LSTM products with int8 weights and dynamically quantised inputs, CPU only: vectors 3-7 % off, single values
   by up to 0.7 on the shipped en); LSTM states and gates stay float32 in every mode;
