@@ -306,8 +306,9 @@ def memory_section(work: Path, counts: list[int]) -> list[str]:
     pool = [" ".join(s) for s in sentences(12_000)]
     lines = ["## Memory of embedding long files", "",
              "Peak RSS of a fresh process embedding a file with the tiny model (top layer, HDF5), the input cycling "
-             "through the first 12,000 1B Word Benchmark held-out dev sentences (so every count from 12,000 on holds "
-             "the longest of them): it should not grow with the file.", "",
+             "through the first 12,000 1B Word Benchmark held-out dev sentences (every count from 12,000 on holds the "
+             "longest of them). The heap settles at its working size within the first tens of thousands of "
+             "sentences; from there the peak should not grow with the file.", "",
              "| sentences | seconds | sentences/s | peak RSS (MB) |", "| ---: | ---: | ---: | ---: |"]
     for count in counts:
         src = work / f"long{count}.txt"
