@@ -10,7 +10,7 @@ memory stays in place for the next use:
 * training: about 4,000 faults a tiny step before, under 100 after; 3-7 % of the step's time;
 * embedding: 480 sentences with the original model at batch 32 took 2.3 million faults and 30 % longer with the mmap
   threshold pinned at 128 KB, 0.1 million with this setting; the process's peak memory on a long file is higher by
-  a fixed amount (tiny model: about 70 MB) and stays flat as the file grows (benchmarks/embed_memory.py; figures in
+  a fixed amount (tiny model: about 90 MB) and stays flat as the file grows (benchmarks/embed_memory.py; figures in
   BENCHMARKS.md).
 
 The process's resident memory stays near its peak, reached in its first steps or batches. The setting is global to
