@@ -8,7 +8,8 @@
 * ``train_config.json``: the full training configuration;
 * ``optimizer.safetensors`` + ``optimizer.json``: the optimiser's tensors and its plain settings;
 * ``state.safetensors``: carried LSTM states and RNG states of every rank;
-* ``trainer.json``: step, tokens seen, elapsed time, every rank's data position.
+* ``trainer.json``: step, tokens seen, elapsed time, every rank's data position (ranks above 0 leave the shared
+  ``pending`` sentences to rank 0's).
 
 Finding them (``list_checkpoints``, ``resolve_checkpoint``) is ``elmo.io.checkpoint``'s; a model named by a checkpoint,
 a run folder or an exported folder is resolved (``elmo.io.resolve``) into files the loaders build from.

@@ -66,15 +66,19 @@ def check_trainer_record(record: Any, path: Path) -> None:
         if not isinstance(directions, list) or len(directions) != 2:
             raise _fail(path, f"data[{rank}]", "must hold the forward and the backward position")
         for d, batcher in enumerate(directions):
-            _check_batcher(batcher, path, f"data[{rank}][{d}]")
+            _check_batcher(batcher, path, f"data[{rank}][{d}]", shared_pending=rank > 0)
             if world > 1 and "queues" in batcher:
                 raise ModelFileError(f"{path}: its data positions are per-row queues, which the processes of a "
                                      f"resumed run cannot share out; start a new run from its weights with "
                                      f"--init-from")
 
 
-def _check_batcher(state: Any, path: Path, field: str) -> None:
+def _check_batcher(state: Any, path: Path, field: str, shared_pending: bool = False) -> None:
+    """One direction's data position. ``shared_pending``: a rank above 0, which may leave the sentences waiting
+    (``pending``, one sequence shared by all ranks) to rank 0's record."""
     keys = _QUEUED_BATCHER_KEYS if isinstance(state, dict) and "queues" in state else _BATCHER_KEYS
+    if shared_pending and isinstance(state, dict) and "pending" not in state:
+        keys = tuple(k for k in keys if k != "pending")
     if not isinstance(state, dict) or any(k not in state for k in keys):
         raise _fail(path, field, f"must be an object with {', '.join(keys)}")
     source = state["source"]
@@ -89,7 +93,7 @@ def _check_batcher(state: Any, path: Path, field: str) -> None:
             raise _fail(path, f"{field}.left", "must be a list of counts, one per row")
         for row, count in enumerate(state["left"]):
             _whole(count, path, f"{field}.left[{row}]")
-    for key in ("queues" if "queues" in state else "pending", "current"):
+    for key in [k for k in ("queues" if "queues" in state else "pending", "current") if k in state]:
         if not isinstance(state[key], list) or not all(isinstance(row, list) for row in state[key]):
             raise _fail(path, f"{field}.{key}", "must be a list of rows")
     if not isinstance(state["exhausted"], bool):

@@ -192,9 +192,12 @@ class Trainer:
             groups = [{**group, "fused": self._fused_optimizer, "foreach": None}
                       for group in checkpoint.optimizer["param_groups"]]
             self.optimizer.load_state_dict({**checkpoint.optimizer, "param_groups": groups})
-        rank = self.env.rank
+        rank, data = self.env.rank, checkpoint.trainer["data"]
         for direction, batcher in enumerate(self.batchers):
-            batcher.load_state_dict(checkpoint.trainer["data"][rank][direction])
+            state = data[rank][direction]
+            if "pending" not in state and "queues" not in state:  # a rank above 0: the shared sequence is rank 0's
+                state = {**state, "pending": data[0][direction]["pending"]}
+            batcher.load_state_dict(state)
         t, lstm, rows = checkpoint.tensors, self.config.model.lstm, self.states[0][0][0].shape[0]
         carried = lambda name, width: check_carried_state(t.get(name), name, (rows, width),  # noqa: E731
                                                           checkpoint.path / "state.safetensors").to(self.device)
@@ -367,8 +370,11 @@ class Trainer:
     def save(self) -> Path | None:
         """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
         self._check_open()
+        data = [b.state_dict() for b in self.batchers]
+        if self.env.rank > 0:  # the sentences waiting are one shared sequence, the same on every rank: rank 0 saves it
+            data = [{k: v for k, v in state.items() if k != "pending"} for state in data]
         rank_state = {
-            "data": [b.state_dict() for b in self.batchers],
+            "data": data,
             "tensors": {f"d{d}.l{l}.{name}": t.detach().cpu()
                         for d, direction in enumerate(self.states) for l, state in enumerate(direction)
                         for name, t in zip("hc", state)} | {"torch_rng": torch.get_rng_state()}

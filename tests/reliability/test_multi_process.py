@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from elmo.io.checkpoint import list_checkpoints
 from tests.conftest import micro_train_config
@@ -92,3 +93,26 @@ def test_another_process_error_waits_for_the_first_then_names_itself(monkeypatch
     assert capsys.readouterr().err == "elmo train: error: something only process 1 met (process 1)\n"
     cli_module._say_error("elmo train: terminated", failure=False)  # a stop: the first process says it, once
     assert capsys.readouterr().err == "" and len(waited) == 1
+
+
+@pytest.mark.slow
+def test_two_processes_resumed_match_two_uninterrupted_and_rank_0_alone_saves_the_shared_sentences(tmp_path):
+    """8 steps straight against 4, then a resume to 8, both under --nproc 2: the same weights. Only rank 0's data
+    position holds the sentences waiting (one sequence, the same on every rank)."""
+    from safetensors.torch import load_file
+
+    inputs = _run_inputs(tmp_path)
+    inputs[5].write_text(json.dumps(micro_train_config(checkpoint_every=4).to_dict()), encoding="utf-8")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    for run, steps in ((straight, 8), (resumed, 4)):
+        process = elmo_process(*inputs, "--out", run, "--max-steps", steps, "--nproc", "2")
+        assert process.wait(timeout=300) == 0, process.stderr.read()
+    process = elmo_process("train", "--resume", resumed, "--out", resumed, "--max-steps", "8", "--quiet",
+                           "--nproc", "2")
+    assert process.wait(timeout=300) == 0, process.stderr.read()
+    data = json.loads((resumed / "step-00000004" / "trainer.json").read_text())["data"]
+    assert all("pending" in d for d in data[0]) and not any("pending" in d for d in data[1])
+    assert data[0][0]["pending"]  # a sequence is waiting: rank 1 leaves a real one to rank 0
+    ours, theirs = (load_file(str(list_checkpoints(run)[-1] / "model.safetensors")) for run in (straight, resumed))
+    assert list_checkpoints(resumed)[-1].name == "step-00000008" and ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
