@@ -19,6 +19,21 @@ _SOURCE_KEYS = ("epoch", "file_index", "line", "chunks", "served")
 _OPTIMIZER_NUMBERS = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
 
+def data_positions_to_save(states: list[dict], rank: int) -> list[dict]:
+    """A rank's data positions (one per direction) as its checkpoint record holds them: ranks above 0 leave out the
+    sentences waiting (``pending``), one sequence shared by every rank, which rank 0's record holds."""
+    return states if rank == 0 else [{k: v for k, v in state.items() if k != "pending"} for state in states]
+
+
+def data_position(data: list[list[dict]], rank: int, direction: int) -> dict:
+    """One rank's data position in one direction from a checkpoint's ``data``, with rank 0's ``pending`` where its
+    own record leaves it out (``data_positions_to_save``)."""
+    state = data[rank][direction]
+    if "pending" in state or "queues" in state:
+        return state
+    return {**state, "pending": data[0][direction]["pending"]}
+
+
 def _fail(path: Path, field: str, problem: str) -> ModelFileError:
     return ModelFileError(f"{path}: {field} {problem}; the checkpoint is damaged or was edited: resume from "
                           f"another checkpoint, or start a new run from its weights with --init-from")

@@ -31,7 +31,8 @@ from elmo.io.lock import OutputLock
 from elmo.io.native import ModelFileError, load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.checkpoint import Checkpoint, save_checkpoint
-from elmo.training.checkpoint_fields import check_carried_state, check_optimizer_tensors
+from elmo.training.checkpoint_fields import (check_carried_state, check_optimizer_tensors, data_position,
+                                             data_positions_to_save)
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
@@ -192,12 +193,9 @@ class Trainer:
             groups = [{**group, "fused": self._fused_optimizer, "foreach": None}
                       for group in checkpoint.optimizer["param_groups"]]
             self.optimizer.load_state_dict({**checkpoint.optimizer, "param_groups": groups})
-        rank, data = self.env.rank, checkpoint.trainer["data"]
+        rank = self.env.rank
         for direction, batcher in enumerate(self.batchers):
-            state = data[rank][direction]
-            if "pending" not in state and "queues" not in state:  # a rank above 0: the shared sequence is rank 0's
-                state = {**state, "pending": data[0][direction]["pending"]}
-            batcher.load_state_dict(state)
+            batcher.load_state_dict(data_position(checkpoint.trainer["data"], rank, direction))
         t, lstm, rows = checkpoint.tensors, self.config.model.lstm, self.states[0][0][0].shape[0]
         carried = lambda name, width: check_carried_state(t.get(name), name, (rows, width),  # noqa: E731
                                                           checkpoint.path / "state.safetensors").to(self.device)
@@ -370,11 +368,8 @@ class Trainer:
     def save(self) -> Path | None:
         """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
         self._check_open()
-        data = [b.state_dict() for b in self.batchers]
-        if self.env.rank > 0:  # the sentences waiting are one shared sequence, the same on every rank: rank 0 saves it
-            data = [{k: v for k, v in state.items() if k != "pending"} for state in data]
         rank_state = {
-            "data": data,
+            "data": data_positions_to_save([b.state_dict() for b in self.batchers], self.env.rank),
             "tensors": {f"d{d}.l{l}.{name}": t.detach().cpu()
                         for d, direction in enumerate(self.states) for l, state in enumerate(direction)
                         for name, t in zip("hc", state)} | {"torch_rng": torch.get_rng_state()}
