@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch.distributed as dist
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,6 +31,7 @@ def main() -> None:
     rank = trainer.env.rank
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(out / f"rank{rank}.safetensors"))
     (out / f"rank{rank}.json").write_text(json.dumps(losses))
+    (out / f"rank{rank}.group").write_text(str(dist.is_initialized()))  # train() closed the group it joined
 
 
 if __name__ == "__main__":

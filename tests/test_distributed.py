@@ -35,6 +35,7 @@ def test_two_processes_match_one(text_slices, tmp_path, report):
     weight_diff = max(float((rank0[k] - single[k]).abs().max()) for k in rank0)
     losses = [json.loads((two / f"rank{r}.json").read_text()) for r in range(2)]
     assert losses[0] == losses[1]  # each process reports the whole global batch's loss
+    assert [(two / f"rank{r}.group").read_text() for r in range(2)] == ["False", "False"]  # train() closed it
     alone = json.loads((one / "rank0.json").read_text())
     loss_diff = max(abs(a - b) for a, b in zip(losses[0], alone))
     report("DDP 2x3 rows vs 1x6 rows: max loss diff", loss_diff)

@@ -11,7 +11,6 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Callable
 
-import torch.distributed as dist
 
 from elmo.cli.common import (STDIO, TOKENIZE_CHOICES, CommandLineError, add_model_args, batch_size, count, load_model,
                              minutes, sentences, share, vocabulary_size, whole)
@@ -73,8 +72,6 @@ def cmd_train(args: argparse.Namespace) -> None:
                       given=given)
     with stop_after_step_on_signals(trainer, announce=trainer.env.main):
         history = trainer.train()
-    if dist.is_initialized():  # every process got here: Gloo's threads end now, not while Python shuts down, where
-        dist.destroy_process_group()  # they could abort a finished run ("terminate called without an active exception")
     if trainer.stop_requested is not None:  # not what was asked for: exit non-zero, saying where the run stands
         if trainer.env.main:
             print(f"stopped ({trainer.stop_requested}) at step {trainer.step}"

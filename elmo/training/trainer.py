@@ -41,10 +41,10 @@ from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_ro
 from elmo.training.run_start import (Distributed, check_tokenizer_function, run_device, settle_run,
                                      training_files, training_text, warn_if_mostly_unknown)
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
+from elmo.training.zero_starts import zero_some_sentence_starts
 
 LOCK_NAME = ".lock"  # in the run folder, while a run writes it (elmo.io.lock)
 STOP_NAME = ".stop"  # in the run folder: stop after the step under way (its text: why); removed when honoured
-_ZERO_STATE_STREAM = 7_777_777_777  # keeps the zero-state draws' seeds apart from torch's and the sampler's
 
 
 class TrainingDiverged(ElmoError, ValueError):
@@ -104,9 +104,13 @@ class Trainer:
         self.ddp = self._wrap_for_processes()
 
     def close(self) -> None:
-        """Give the run folder's lock back; the folders this run made and left empty are removed. The Trainer is done:
-        ``train``, ``train_step`` and ``save`` are refused after it (they would write the folder unlocked)."""
+        """Give the run folder's lock back; the folders this run made and left empty are removed; a process group this
+        Trainer joined under torchrun is closed (Gloo's threads, left to Python's exit, could abort a finished run:
+        "terminate called without an active exception"). The Trainer is done: ``train``, ``train_step`` and ``save``
+        are refused after it (they would write the folder unlocked)."""
         self.closed = True
+        if self._own_group and dist.is_initialized():
+            dist.destroy_process_group()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -117,7 +121,8 @@ class Trainer:
         """This process's rank and device; under torchrun, the process group it joins."""
         self.env = Distributed.from_env()
         self.device = run_device(device, self.env)  # checked: a device this machine runs on
-        if self.env.world > 1 and not dist.is_initialized():
+        self._own_group = self.env.world > 1 and not dist.is_initialized()  # a caller's own group stays the caller's
+        if self._own_group:
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
 
     def _build_model(self, checkpoint: Checkpoint | None, start: StartingWeights | None) -> None:
@@ -219,7 +224,8 @@ class Trainer:
             self._checked_unknown = True
             warn_if_mostly_unknown(batches[0].targets, self.vocab)
         module = self.ddp or self.model
-        self.states = self._zero_some_sentence_starts(batches)
+        self.states = zero_some_sentence_starts(self.states, batches, self.config.zero_state_share, self.config.seed,
+                                                self.step, self.rows, self.global_rows, self.device)
         previous_states = self.states  # a skipped batch leaves its rows where this batch began
         n_neg = min(self.config.n_negative_samples, len(self.vocab))
         # one set of negatives per direction, as bilm-tf's one sampled_softmax_loss call per direction
@@ -254,23 +260,6 @@ class Trainer:
                          group["lr"], group["eps"])
         self.states = [[(h.detach(), c.detach()) for h, c in direction] for direction in self.states]
         return metrics
-
-    def _zero_some_sentence_starts(self, batches: list[LMBatch]) -> list:
-        """The carried states, with a random ``zero_state_share`` of the rows whose window begins a sentence set to
-        zeros: inference starts every sentence from zeros, a state training otherwise visits only at step 1.
-
-        The draw depends only on the seed, the step and the row's place in the global batch: every rank draws the
-        same numbers (so the run equals one process with the whole batch), and a resumed run draws them again."""
-        share = self.config.zero_state_share
-        if share == 0:
-            return self.states
-        generator = torch.Generator().manual_seed(_ZERO_STATE_STREAM + self.config.seed * 1_000_003 + self.step)
-        draws = torch.rand(2, self.global_rows, generator=generator)[:, self.rows[0] : self.rows[1]]  # (2, B)
-        states = []
-        for batch, direction, draw in zip(batches, self.states, draws):
-            fresh = (batch.starts & (draw < share)).to(self.device).unsqueeze(1)  # (B, 1)
-            states.append([(h.masked_fill(fresh, 0.0), c.masked_fill(fresh, 0.0)) for h, c in direction])
-        return states
 
     def _skip_bad_batch(self, previous_states: list) -> None:
         """A NaN/inf loss or gradient: drop the update, keep the states from before the batch, stop if it persists."""
