@@ -11,7 +11,7 @@ from elmo.io import converted, nlpl
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import ModelFileError, load_model, save_model
 from elmo.io.official import load_official
-from elmo.io.resolve import resolve
+from elmo.io.resolve import read_resolved
 from elmo.model.bilm import BiLM
 
 logger = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ def load_bilm(model: str | Path | None = None, options: str | Path | None = None
               weights: str | Path | None = None, stateful: bool = False) -> BiLM:
     """Load a biLM from ``model`` (a name such as "en", "ko" or "original", or a path: see
     ``elmo.io.resolve.resolve_path``) or from ``options`` + ``weights`` (the official pair). Nothing given: "en"."""
-    return load_files(resolve(model, options, weights), stateful=stateful)
+    return read_resolved(model, lambda files: load_files(files, stateful=stateful), options, weights)
 
 
 def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:

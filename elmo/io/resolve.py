@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from elmo import pretrained
-from elmo.errors import UsageError
+from elmo.errors import ElmoError, UsageError
 from elmo.io import nlpl
 from elmo.io.atomic import path_argument
-from elmo.io.checkpoint import list_checkpoints, named_as_its_step
+from elmo.io.checkpoint import checkpoint_step, is_checkpoint, list_checkpoints, named_as_its_step
 from elmo.io.model_files import ModelFiles
 from elmo.io.file_kinds import HDF5_KIND, describe_file, is_weight_file
 from elmo.io.native import ModelFileError, is_model_dir
@@ -20,6 +21,7 @@ from elmo.io.official import WeightFileError
 
 LOOKED_FOR = ("config.json + model.safetensors (our format), checkpoint folders (a training run), options.json or "
               "*options*.json + a weights .hdf5 (bilm-tf, AllenNLP), options.json + model.hdf5 (NLPL)")
+T = TypeVar("T")
 PATH_SUFFIXES = {".zip", ".hdf5", ".h5", ".json", ".safetensors"}  # a missing path ending so is not a model name
 
 
@@ -41,6 +43,33 @@ def resolve(model: str | Path | None = None, options: str | Path | None = None,
             raise UsageError("no model: give a model directory, or both the options file and the weight file")
         return ModelFiles(Path(options), Path(weights), official=True)
     return resolve_path(model)
+
+
+NEWEST_TRIES = 3  # reads of a run folder's newest checkpoint, when a running training prunes the one being read
+
+
+def read_resolved(model: str | Path | None, read: Callable[[ModelFiles], T], options: str | Path | None = None,
+                  weights: str | Path | None = None) -> T:
+    """``read(resolve(model, options, weights))``. A run folder means its newest checkpoint; a run still training
+    there with ``keep_checkpoints = 1`` deletes that one once it has saved the next, maybe while it is read: then the
+    new newest is read (up to NEWEST_TRIES times), rather than failing on a file that was there a moment ago."""
+    for tries in range(1, NEWEST_TRIES + 1):
+        files = resolve(model, options, weights)
+        try:
+            return read(files)
+        except (ElmoError, OSError):
+            if tries == NEWEST_TRIES or not _newer_than(files, model):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _newer_than(files: ModelFiles, model: str | Path | None) -> bool:
+    """Whether ``files`` were a run folder's newest checkpoint, now gone, and the folder has a newer one."""
+    step = checkpoint_step(files.folder) if model is not None and files.folder.parent == Path(model) else None
+    if step is None or is_checkpoint(files.folder):
+        return False
+    found = list_checkpoints(model)
+    return bool(found) and checkpoint_step(found[-1]) > step
 
 
 def resolve_path(model: str | Path) -> ModelFiles:

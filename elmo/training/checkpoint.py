@@ -40,7 +40,7 @@ from elmo.io.checkpoint import CHECKPOINT_FILES, PREFIX, is_checkpoint, list_che
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import LEGACY_TOKENIZER_NAME, ModelFileError, load_state_strict, save_model
-from elmo.io.resolve import resolve
+from elmo.io.resolve import read_resolved
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint_fields import check_optimizer_record, check_trainer_record
 from elmo.training.softmax import LMSoftmax
@@ -198,8 +198,11 @@ def save_language_model(out_dir: str | Path, bilm: BiLM, softmax: torch.nn.Modul
 
 def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax, Vocabulary]:
     """(bilm, softmax, vocab) from a checkpoint, a run folder (its newest checkpoint) or an exported LM directory,
-    or from their resolved files."""
-    files = model if isinstance(model, ModelFiles) else resolve(model)
+    or from their resolved files (a run folder's newest checkpoint pruned while it is read: the new newest,
+    ``read_resolved``)."""
+    if not isinstance(model, ModelFiles):
+        return read_resolved(model, load_language_model)
+    files = model
     if files.softmax is None or files.vocab is None:
         what = "official options.json + .hdf5 hold" if files.official else "this model folder holds"
         raise ModelFileError(f"{files.name or files.folder}: {what} no softmax, so it is no language model (scoring "

@@ -20,7 +20,8 @@ import torch
 from elmo.data.vocab import Vocabulary
 from elmo import pretrained
 from elmo.io.load import load_files
-from elmo.io.resolve import resolve
+from elmo.io.model_files import ModelFiles
+from elmo.io.resolve import read_resolved, resolve
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model
 
@@ -47,9 +48,12 @@ def has_softmax(source: str | Path) -> bool:
 def starting_weights(source: str | Path) -> StartingWeights:
     """The weights (and, where there is one, the softmax and vocabulary) a new run starts from; the tokenizer is the
     one the loaded biLM names."""
-    files = resolve(source)
+    return read_resolved(source, lambda files: _starting_weights(files, str(source)))
+
+
+def _starting_weights(files: ModelFiles, source: str) -> StartingWeights:
     if files.softmax is not None:
         bilm, softmax, vocab = load_language_model(files)
-        return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, str(source))
+        return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, source)
     bilm = load_files(files)
-    return StartingWeights(bilm, None, None, bilm.tokenizer_name, str(source))
+    return StartingWeights(bilm, None, None, bilm.tokenizer_name, source)

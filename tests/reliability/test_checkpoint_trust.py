@@ -131,3 +131,64 @@ def test_an_older_checkpoints_tokenizer_file_is_elmos_own(run, tmp_path, caplog)
     _resume(text, vocab, folder, steps=5, keep=2).train()
     assert [p.name for p in list_checkpoints(folder)] == ["step-00000004", "step-00000005"]
     assert "kept although older" not in caplog.text
+
+
+def _pruned_while_read(monkeypatch, folder, save_next=True):
+    """The first read of ``folder``'s newest checkpoint meets what a run training there with keep_checkpoints = 1
+    does meanwhile: it saves the next step (different weights) and deletes the one being read."""
+    import elmo.io.load as load_module
+
+    newest = list_checkpoints(folder)[-1]
+    for old in list_checkpoints(folder)[:-1]:
+        shutil.rmtree(old)
+    step = int(newest.name.split("-")[1])
+    following = folder / f"step-{step + 1:08d}"
+    real, calls = load_module.load_model, []
+
+    def load_model(path, **kwargs):
+        if not calls and save_next:
+            calls.append(path)
+            shutil.copytree(newest, following)
+            weights = load_file(str(following / "model.safetensors"))
+            weights = {k: v + 1 if v.is_floating_point() else v for k, v in weights.items()}
+            save_file(weights, str(following / "model.safetensors"))
+            record = json.loads((following / "trainer.json").read_text()) | {"step": step + 1}
+            (following / "trainer.json").write_text(json.dumps(record))
+        calls.append(path)
+        if path == newest:
+            shutil.rmtree(newest, ignore_errors=True)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(load_module, "load_model", load_model)
+    return following
+
+
+def test_export_of_a_run_whose_newest_checkpoint_is_pruned_meanwhile_reads_the_next(run, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """`elmo export RUN` (and perplexity, embed, --init-from) while the run trains with keep_checkpoints = 1: the
+    checkpoint it picked was deleted under it once the next was saved, and the command failed naming a file that
+    was there a moment before. It reads the new newest checkpoint instead."""
+    text, vocab, folder = _copy(run, tmp_path)
+    following = _pruned_while_read(monkeypatch, folder)
+    rc, err = cli(capsys, "export", folder, tmp_path / "exported")
+    assert rc == 0, err
+    exported, newest = (load_file(str(p / "model.safetensors")) for p in (tmp_path / "exported", following))
+    assert exported.keys() == newest.keys() and all(torch.equal(exported[k], newest[k]) for k in newest)
+
+
+def test_loading_a_run_whose_newest_checkpoint_is_pruned_meanwhile_loads_the_next(run, tmp_path, monkeypatch):
+    from elmo.io.load import load_bilm
+
+    text, vocab, folder = _copy(run, tmp_path)
+    following = _pruned_while_read(monkeypatch, folder)
+    bilm = load_bilm(folder)
+    newest = load_file(str(following / "model.safetensors"))
+    assert all(torch.equal(bilm.state_dict()[k], newest[k]) for k in newest)
+
+
+def test_a_newest_checkpoint_deleted_without_a_next_is_still_one_line(run, tmp_path, capsys, monkeypatch):
+    text, vocab, folder = _copy(run, tmp_path)
+    _pruned_while_read(monkeypatch, folder, save_next=False)
+    rc, err = cli(capsys, "export", folder, tmp_path / "exported")
+    assert rc == 1 and not (tmp_path / "exported").exists()
+    one_error_line(err, "step-00000003")
