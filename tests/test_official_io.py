@@ -184,3 +184,39 @@ def test_the_file_functions_refuse_odd_arguments_before_writing(tmp_path, call, 
         call(random_bilm(small_config()), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
     assert not (tmp_path.parent / "escaped.hdf5").exists()
+
+
+def _moved_behind_soft_link(f, name: str, to: str) -> None:
+    f.move(name, to)
+    f[name] = h5py.SoftLink("/" + to)
+
+
+def test_datasets_and_groups_behind_soft_links_load_as_the_file_itself(tmp_path):
+    """A weight file whose datasets are reached through soft links (other names inside the same file) was refused as
+    missing them: only hard-linked names were listed."""
+    def change(f):
+        _moved_behind_soft_link(f, "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B", "elsewhere_B")
+        _moved_behind_soft_link(f, "CNN_high_0", "elsewhere_highway")
+    path = _copy_with(tmp_path, change)
+    linked, plain = load_official(OPTIONS, path), load_official(OPTIONS, WEIGHTS)
+    assert all(torch.equal(linked.state_dict()[k], v) for k, v in plain.state_dict().items())
+
+
+def test_a_link_to_another_file_is_refused_in_one_line(tmp_path):
+    other = tmp_path / "other.hdf5"
+    with h5py.File(other, "w") as f:
+        f.create_dataset("B", data=np.zeros(4, dtype=np.float32))
+
+    def change(f):
+        del f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
+        f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"] = h5py.ExternalLink(str(other), "/B")
+    with pytest.raises(WeightFileError, match=r"'RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B' is a link to another file"):
+        load_official(OPTIONS, _copy_with(tmp_path, change))
+
+
+def test_a_soft_link_that_leads_nowhere_is_a_missing_dataset(tmp_path):
+    def change(f):
+        del f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
+        f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"] = h5py.SoftLink("/nowhere")
+    with pytest.raises(WeightFileError, match=r"dataset 'RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B' is missing"):
+        load_official(OPTIONS, _copy_with(tmp_path, change))

@@ -134,8 +134,8 @@ def _check_unpacked(archive: Path, folder: Path) -> None:
         with warnings.catch_warnings():  # unknown keys are reported when the model is loaded, not here too
             warnings.simplefilter("ignore")
             config = ElmoConfig.from_file(folder / OPTIONS_NAME)
-        check_datasets(weights, config, dataset_shapes(weights))
-        check_storage(weights)
+        check_datasets(weights, config, dataset_shapes(weights, config))
+        check_storage(weights, config)
     except (ConfigError, WeightFileError) as err:
         message = str(err)
         for name in (OPTIONS_NAME, WEIGHTS_NAME):

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 import h5py
 import numpy as np
@@ -198,9 +198,9 @@ def _read_hdf5(path: Path, config: ElmoConfig | None = None) -> dict[str, np.nda
     name, shape and type are checked against it first, before any data is read (a damaged or hostile file can
     declare a sparse dataset of terabytes)."""
     if config is not None:
-        check_datasets(path, config, dataset_shapes(path))
-    check_storage(path)
-    arrays = _visit_datasets(path, lambda dataset: None if _is_softmax(dataset) else dataset[()])
+        check_datasets(path, config, dataset_shapes(path, config))
+    check_storage(path, config)
+    arrays = _visit_datasets(path, lambda dataset: None if _is_softmax(dataset) else dataset[()], _wanted(config))
     return {name: array for name, array in arrays.items() if array is not None}
 
 
@@ -209,18 +209,24 @@ def _is_softmax(dataset: h5py.Dataset) -> bool:
     return dataset.name.lstrip("/") in SOFTMAX_DATASETS
 
 
-def dataset_shapes(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """(shape, dtype) of every dataset of an hdf5 file, read from its headers (no data is read)."""
+def dataset_shapes(path: Path, config: ElmoConfig | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """(shape, dtype) of every dataset of an hdf5 file, read from its headers (no data is read); a dataset with
+    several names (soft links) under the one ``config``'s model gives it, where it has one."""
     if not path.exists():
         raise WeightFileError(f"{path}: no such weight file")
-    return _visit_datasets(path, lambda dataset: (tuple(dataset.shape or ()), dataset.dtype))
+    return _visit_datasets(path, lambda dataset: (tuple(dataset.shape or ()), dataset.dtype), _wanted(config))
 
 
-def check_storage(path: Path) -> None:
+def _wanted(config: ElmoConfig | None) -> set[str]:
+    """The dataset names of ``config``'s model and bilm-tf's softmax: the names a dataset with several is listed by."""
+    return ({entry.dataset for entry in name_table(config)} if config else set()) | set(SOFTMAX_DATASETS)
+
+
+def check_storage(path: Path, config: ElmoConfig | None = None) -> None:
     """Every dataset's values are stored in the file itself, all of them written (from the headers). HDF5 answers a
     read of values never written, or of a virtual dataset whose source file is missing, with fill values (zeros):
     weights that would load without an error."""
-    problems = {name: problem for name, problem in _visit_datasets(path, _storage_problem).items()
+    problems = {name: problem for name, problem in _visit_datasets(path, _storage_problem, _wanted(config)).items()
                 if problem and name not in SOFTMAX_DATASETS}  # the softmax is never read
     if problems:
         name, problem = next(iter(problems.items()))
@@ -243,17 +249,37 @@ def _storage_problem(dataset: h5py.Dataset) -> str | None:
     return None
 
 
-def _visit_datasets(path: Path, look: Callable[[h5py.Dataset], object]) -> dict[str, Any]:
-    """``look(dataset)`` of every dataset of an hdf5 file, by its full path without the leading '/'."""
+def _visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: Container[str] = ()) -> dict[str, Any]:
+    """``look(dataset)`` of every dataset of an hdf5 file, by its full path without the leading '/'.
+
+    A soft link (another name inside the file) to a dataset or a group counts as a name of what it leads to. A dataset
+    with several names is listed once: under a name in ``wanted`` where it has one (the names the model's datasets
+    have), else under the first. A link to another file is refused: the weights must be in the file given."""
     found: dict[str, Any] = {}
+    names: dict[Any, str] = {}  # each dataset (its HDF5 object id): the name it is listed under
     try:
         with h5py.File(path, "r") as f:
-            def visit(name: str, obj: object) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    found[name] = look(obj)
-            f.visititems(visit)
+            def visit(name: str, link: object, prefix: str = "") -> h5py.ExternalLink | None:  # not None: stop
+                name = prefix + name
+                if isinstance(link, h5py.ExternalLink):
+                    return h5py.ExternalLink(link.filename, name)  # raised after the visit (h5py's callbacks can't)
+                target = f.get(name)  # None: a soft link that leads nowhere
+                if isinstance(link, h5py.SoftLink) and isinstance(target, h5py.Group) and not prefix:
+                    return target.visititems_links(lambda inner, inner_link: visit(inner, inner_link, f"{name}/"))
+                if not isinstance(target, h5py.Dataset):
+                    return None
+                listed = names.get(target.id)
+                if listed is None or (name in wanted and listed not in wanted):
+                    found.pop(listed, None)
+                    names[target.id] = name
+                    found[name] = look(target)
+                return None
+            external = f.visititems_links(visit)
     except (OSError, KeyError, RuntimeError, ValueError) as err:
         raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
+    if external is not None:
+        raise WeightFileError(f"{path}: {external.path!r} is a link to another file ({external.filename}); copy its "
+                              f"data into this file")
     return found
 
 
@@ -347,7 +373,7 @@ def load_official(options_file: str | Path, weight_file: str | Path, stateful: b
     """Build a BiLM from an official ``options.json`` and load its ``.hdf5`` weights strictly."""
     check_official_pair(options_file, weight_file)
     config = ElmoConfig.from_file(options_file)  # every size within elmo.limits
-    config = unclipped_without_projection(config, set(dataset_shapes(Path(weight_file))))
+    config = unclipped_without_projection(config, set(dataset_shapes(Path(weight_file), config)))
     arrays = _read_hdf5(Path(weight_file), config)  # names, shapes and types checked before any data is read
     with torch.device("meta"):  # no random initialisation: the file's arrays become the parameters
         model = BiLM.from_config(config, stateful=stateful)
