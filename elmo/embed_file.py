@@ -187,14 +187,14 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
                                               scan.lines, layers, batch_size, use_sentence_keys, progress, non_finite,
                                               keep_index=not (forget_sentences or use_sentence_keys))
         except BaseException as err:  # an error, or an interrupt (which even --quiet is told how to continue)
-            if not resumable:
-                parts.discard()
-            elif not parts.discard_if_empty():
-                (logger.warning if isinstance(err, KeyboardInterrupt) else logger.info)(
-                    "%s: the finished parts are kept; --resume continues from them", parts.root)
+            parts.after_failure(resumable, interrupted=isinstance(err, KeyboardInterrupt))
             raise
-        return parts.merge_into(output_path, index if not (forget_sentences or use_sentence_keys) else None,
-                                 {k: v for k, v in record.items() if v is not None}, chunks, scan.lines)
+        try:
+            return parts.merge_into(output_path, index if not (forget_sentences or use_sentence_keys) else None,
+                                    {k: v for k, v in record.items() if v is not None}, chunks, scan.lines)
+        except KeyboardInterrupt as err:  # before the merged file's rename (after it, the merge finishes)
+            parts.after_failure(resumable, interrupted=isinstance(err, KeyboardInterrupt))
+            raise
 
 
 def _embed_into_parts(engine: InferenceEngine, parts: PartStore, input_path: str | Path, errors: str,

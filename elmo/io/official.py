@@ -19,6 +19,7 @@ import torch
 from elmo.config import TOKENIZER_KEY, ElmoConfig, file_tokenizer
 from elmo.errors import ElmoError, InputTypeError, UsageError
 from elmo.io.atomic import atomic_path, check_free_space, output_folder, path_argument, write_errors
+from elmo.io.hdf5_walk import ExternalLinkError, hdf5_problem, storage_problem, visit_datasets
 from elmo.io.file_kinds import ADVICE, HDF5_KIND, JSON_KIND, describe_file, hdf5_entries, holds_weights
 from elmo.io.native import check_finite_weight
 from elmo.model.bilm import BiLM
@@ -226,61 +227,21 @@ def check_storage(path: Path, config: ElmoConfig | None = None) -> None:
     """Every dataset's values are stored in the file itself, all of them written (from the headers). HDF5 answers a
     read of values never written, or of a virtual dataset whose source file is missing, with fill values (zeros):
     weights that would load without an error."""
-    problems = {name: problem for name, problem in _visit_datasets(path, _storage_problem, _wanted(config)).items()
+    problems = {name: problem for name, problem in _visit_datasets(path, storage_problem, _wanted(config)).items()
                 if problem and name not in SOFTMAX_DATASETS}  # the softmax is never read
     if problems:
         name, problem = next(iter(problems.items()))
         raise WeightFileError(f"{path}: dataset {name!r} {problem}; the file is damaged or not a bilm-tf weight file")
 
 
-def _storage_problem(dataset: h5py.Dataset) -> str | None:
-    if dataset.is_virtual:
-        return "is virtual (its values live in other files)"
-    if dataset.external:
-        return "keeps its values in external files"
-    if dataset.size == 0:
-        return None
-    layout = dataset.id.get_create_plist().get_layout()
-    if layout == h5py.h5d.CHUNKED:
-        chunks = int(np.prod([-(-n // c) for n, c in zip(dataset.shape, dataset.chunks)]))
-        return None if dataset.id.get_num_chunks() == chunks else "has values that were never written"
-    if layout == h5py.h5d.CONTIGUOUS and dataset.id.get_storage_size() < dataset.size * dataset.dtype.itemsize:
-        return "has values that were never written"
-    return None
-
-
 def _visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: Container[str] = ()) -> dict[str, Any]:
-    """``look(dataset)`` of every dataset of an hdf5 file, by its full path without the leading '/'.
-
-    A soft link (another name inside the file) to a dataset or a group counts as a name of what it leads to. A dataset
-    with several names is listed once: under a name in ``wanted`` where it has one (the names the model's datasets
-    have), else under the first. A link to another file is refused: the weights must be in the file given."""
-    found: dict[str, Any] = {}
-    names: dict[Any, str] = {}  # each dataset (its HDF5 object id): the name it is listed under
+    """``visit_datasets`` with its problems as one-line ``WeightFileError``s."""
     try:
-        with h5py.File(path, "r") as f:
-            def visit(name: str, link: object, prefix: str = "") -> h5py.ExternalLink | None:  # not None: stop
-                name = prefix + name
-                if isinstance(link, h5py.ExternalLink):
-                    return h5py.ExternalLink(link.filename, name)  # raised after the visit (h5py's callbacks can't)
-                target = f.get(name)  # None: a soft link that leads nowhere
-                if isinstance(link, h5py.SoftLink) and isinstance(target, h5py.Group) and not prefix:
-                    return target.visititems_links(lambda inner, inner_link: visit(inner, inner_link, f"{name}/"))
-                if not isinstance(target, h5py.Dataset):
-                    return None
-                listed = names.get(target.id)
-                if listed is None or (name in wanted and listed not in wanted):
-                    found.pop(listed, None)
-                    names[target.id] = name
-                    found[name] = look(target)
-                return None
-            external = f.visititems_links(visit)
+        return visit_datasets(path, look, wanted)
+    except ExternalLinkError as err:
+        raise WeightFileError(f"{path}: {err}") from None
     except (OSError, KeyError, RuntimeError, ValueError) as err:
-        raise WeightFileError(f"{path}: not a readable HDF5 file: {_hdf5_problem(err)}") from None
-    if external is not None:
-        raise WeightFileError(f"{path}: {external.path!r} is a link to another file ({external.filename}); copy its "
-                              f"data into this file")
-    return found
+        raise WeightFileError(f"{path}: not a readable HDF5 file: {hdf5_problem(err)}") from None
 
 
 def check_datasets(path: Path, config: ElmoConfig, found: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
@@ -319,16 +280,6 @@ def _check_softmax(path: Path, config: ElmoConfig, found: dict[str, tuple[tuple[
         described = ", ".join(f"{name!r} {shapes[name]} {found[name][1]}" for name in found)
         raise WeightFileError(f"{path}: holds {described}, not bilm-tf's softmax over the projection ({weight!r} "
                               f"(V, {proj}), {bias!r} (V,), floating-point); the file is damaged or not a biLM's")
-
-
-def _hdf5_problem(err: Exception) -> str:
-    """h5py's reason in a few words ("truncated (5,000 of 450,896 bytes) ..."), not its internal call chain."""
-    text = str(err)
-    if cut := re.search(r"truncated file: eof = (\d+).*stored_eof = (\d+)", text):
-        return (f"truncated ({int(cut[1]):,} of {int(cut[2]):,} bytes); the download may be incomplete: "
-                f"download it again")
-    inner = re.findall(r"\(([^()]+)\)", text)
-    return f"{inner[-1] if inner else text.splitlines()[0] if text else type(err).__name__}; the file may be damaged"
 
 
 def check_official_pair(options_file: str | Path, weight_file: str | Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import zipfile
 from contextlib import contextmanager
@@ -23,6 +24,8 @@ import torch
 from elmo.errors import ElmoError
 from elmo.io.atomic import check_free_space, new_file_mode, sync_folder, write_errors
 from elmo.io.work_folder import WorkFolder
+
+logger = logging.getLogger(__name__)
 
 META_KEY = "__meta__"  # the record of model, layers and tokenizer in a .npz archive
 KIND = "embedding parts"
@@ -149,14 +152,39 @@ class PartStore:
                          else new_file_mode())
                 os.replace(tmp, output_path)
                 sync_folder(Path(output_path).parent)  # the rename on disk before the parts are deleted
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: before the rename it stops the merge, after it comes too late
+            if tmp.exists():
+                raise
+            self._finish_after_interrupt(output_path)
+            return counted[0]
         finally:
             tmp.unlink(missing_ok=True)
-        self.folder.remove()
+        try:
+            self.folder.remove()
+        except KeyboardInterrupt:
+            self._finish_after_interrupt(output_path)
         return counted[0]
+
+    def _finish_after_interrupt(self, output_path: str | Path) -> None:
+        """An interrupt once the merged file had replaced the output: the output is whole, so the run is done (not
+        "interrupted", which would send the user to a --resume with nothing left to do): the rename is synced and
+        the parts are removed, as without it."""
+        logger.info("%s is complete; an interrupt after its rename ends nothing", output_path)
+        sync_folder(Path(output_path).parent)
+        self.folder.remove()
 
     def discard(self) -> None:
         """Remove the folder and every part in it (a run whose input cannot be read again)."""
         self.folder.remove()
+
+    def after_failure(self, resumable: bool, interrupted: bool) -> None:
+        """After an error or an interrupt (``interrupted``: said even under --quiet): the finished parts stay for
+        --resume, or go when the input cannot be read again (not ``resumable``)."""
+        if not resumable:
+            self.discard()
+        elif not self.discard_if_empty():
+            (logger.warning if interrupted else logger.info)("%s: the finished parts are kept; --resume continues "
+                                                             "from them", self.root)
 
     def discard_if_empty(self) -> bool:
         """Remove the folder when no part was finished (a run that failed before its first part leaves nothing);

@@ -95,3 +95,49 @@ def test_the_count_printed_is_the_count_written(tmp_path, capsys):
     (tmp_path / "in.txt").write_text("a b\n\nc\nd e f", encoding="utf-8")  # a blank line, no final newline
     rc, err = cli(capsys, "embed", tmp_path / "in.txt", tmp_path / "out.npz", "--all", "--model", model, "--quiet")
     assert rc == 0 and "wrote 4 sentences" in err
+
+
+@pytest.mark.parametrize("where", ["sync", "remove"])
+def test_an_interrupt_after_the_merged_files_rename_finishes_the_run(tmp_path, capsys, monkeypatch, where):
+    """Ctrl-C (or SIGTERM) just after the merged file replaced the output, while the rename was synced or the parts
+    were removed: the command said "interrupted" (exit 130) and left the parts beside a complete output, with a
+    hint to --resume what was done. It finishes now: exit 0, the parts removed."""
+    import elmo.io.parts as parts_module
+
+    model = tiny_model(tmp_path / "model")
+    source = text_file(tmp_path / "in.txt", 120)
+    real = {"sync": parts_module.sync_folder, "remove": parts_module.WorkFolder.remove}[where]
+    calls = []
+
+    def interrupted_once(*args, **kwargs):
+        if not calls and (where == "remove" or (tmp_path / "out.hdf5").exists()):
+            calls.append(1)
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    if where == "sync":
+        monkeypatch.setattr(parts_module, "sync_folder", interrupted_once)
+    else:
+        monkeypatch.setattr(parts_module.WorkFolder, "remove", interrupted_once)
+    rc, err = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
+    assert calls and rc == 0 and "wrote 120 sentences" in err, err
+    assert _datasets(tmp_path / "out.hdf5") == [str(i) for i in range(120)]
+    assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]
+
+
+def test_an_interrupt_before_the_rename_still_stops_the_merge(tmp_path, capsys, monkeypatch):
+    import elmo.io.parts as parts_module
+
+    model = tiny_model(tmp_path / "model")
+    source = text_file(tmp_path / "in.txt", 120)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parts_module, "new_file_mode", interrupted)  # the merged file's mode, just before its rename
+    rc, err = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
+    assert rc == 130 and not (tmp_path / "out.hdf5").exists()
+    assert "--resume continues" in err and (tmp_path / "out.hdf5.parts").is_dir()
+    monkeypatch.undo()
+    rc, err = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet", "--resume")
+    assert rc == 0 and _datasets(tmp_path / "out.hdf5") == [str(i) for i in range(120)]
