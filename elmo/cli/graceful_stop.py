@@ -63,8 +63,8 @@ def stop_after_step_on_signals(trainer: Stoppable, announce: bool = True) -> Ite
     def handler(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if trainer.stop_requested is not None:  # asked again (Ctrl-C, or torchrun passing on a second one as SIGTERM)
-            if time.monotonic() - first[0] > REPEAT_SECONDS:
-                raise KeyboardInterrupt  # stop now: the last checkpoint stays
+            if time.monotonic() - first[0] > REPEAT_SECONDS:  # stop now: the last checkpoint stays
+                raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt  # "terminated", 143 / 130
             return
         first[0] = time.monotonic()
         trainer.request_stop(name)

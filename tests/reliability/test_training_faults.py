@@ -164,3 +164,26 @@ def test_sigterm_to_a_run_of_several_processes_stops_them_all_at_one_step_with_a
     assert "Traceback" not in err and "stopped (SIGTERM) at step" in err, err
     step = load_checkpoint(list_checkpoints(run)[-1]).trainer["step"]
     assert step >= 2 and not (run / ".stop").exists()
+
+
+@pytest.mark.parametrize("sig, raised", [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_a_second_signal_later_stops_at_once_as_that_signal(monkeypatch, sig, raised):
+    """A second SIGTERM more than REPEAT_SECONDS after the first (a scheduler's reminder before its kill) stopped the
+    run at once as Ctrl-C does: the command said "interrupted" and exited 130 instead of 143."""
+    import elmo.cli.graceful_stop as graceful_stop
+
+    class Run:
+        stop_requested = None
+
+        def request_stop(self, reason):
+            self.stop_requested = reason
+
+    monkeypatch.setattr(graceful_stop, "REPEAT_SECONDS", 0.0)
+    run = Run()
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        with graceful_stop.stop_after_step_on_signals(run, announce=False):
+            signal.raise_signal(sig)
+            assert run.stop_requested == sig.name  # the first: stop after the step
+            time.sleep(0.01)
+            signal.raise_signal(sig)
+    assert type(stopped.value).__name__ == raised
