@@ -12,6 +12,7 @@ Two kinds of source:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class StartingWeights:
     vocab: Vocabulary | None  # the softmax's words, when there is a softmax
     tokenize: str | None  # how the source's training text was split (None: whitespace or unknown)
     source: str
+    split_by_function: bool = False  # the source's run split its text by a function (Trainer(tokenizer=...))
 
 
 def has_softmax(source: str | Path) -> bool:
@@ -54,6 +56,16 @@ def starting_weights(source: str | Path) -> StartingWeights:
 def _starting_weights(files: ModelFiles, source: str) -> StartingWeights:
     if files.softmax is not None:
         bilm, softmax, vocab = load_language_model(files)
-        return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, source)
+        return StartingWeights(bilm, softmax.state_dict(), vocab, bilm.tokenizer_name, source,
+                               _split_by_function(files.folder))
     bilm = load_files(files)
     return StartingWeights(bilm, None, None, bilm.tokenizer_name, source)
+
+
+def _split_by_function(folder: Path) -> bool:
+    """Whether a checkpoint's text was split by a function (its trainer.json says so; it names no tokenizer for it)."""
+    try:
+        record = json.loads((folder / "trainer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # an export, or no checkpoint: nothing recorded
+        return False
+    return isinstance(record, dict) and record.get("tokenizer_function") is True

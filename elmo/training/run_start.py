@@ -217,14 +217,19 @@ def resumed_settings(checkpoint: Checkpoint, config: TrainConfig, vocab: Vocabul
 
 
 def check_tokenizer_function(checkpoint: Checkpoint | None, tokenizer: Callable[[str], list[str]] | None,
-                             config: TrainConfig, env: Distributed) -> None:
+                             config: TrainConfig, env: Distributed, start: StartingWeights | None = None) -> None:
     """A function given as the tokenizer (``Trainer(tokenizer=...)``) cannot be recorded: the checkpoint records
-    that one split the text, so a resume without it, which would split the rest another way, is refused; a new run
-    is told that its checkpoints and exports name ``config.tokenize``, not the function."""
+    that one split the text, so a resume without it, which would split the rest another way, is refused, and a new
+    run from such a checkpoint (``start``) without one is warned; a new run is told that its checkpoints and exports
+    name ``config.tokenize``, not the function."""
     if checkpoint is not None and checkpoint.trainer.get("tokenizer_function") and tokenizer is None:
         raise UsageError(f"{checkpoint.path}: its text was split by a function given as Trainer(tokenizer=...); "
                          f"give it again to resume (otherwise the text would be split by "
                          f"{config.tokenize or 'whitespace'})")
+    if start is not None and start.split_by_function and tokenizer is None and env.main:
+        warnings.warn(f"{start.source}: its text was split by a function given as Trainer(tokenizer=...), which no "
+                      f"file records; this run splits its text by {config.tokenize or 'whitespace'}: give the same "
+                      f"function (Trainer(tokenizer=...)) unless the new text is meant to be split another way")
     if tokenizer is not None and checkpoint is None and env.main:
         warnings.warn(f"the tokenizer function is not recorded: checkpoints and exported models name tokenize = "
                       f"{config.tokenize or 'whitespace'}, not it; give the same function to resume")

@@ -78,7 +78,7 @@ class Trainer:
                 init_from: str | Path | None, given: dict | None) -> None:
         """The run's settings, model, optimizer, data streams and, when resuming, the checkpoint's state."""
         checkpoint, start, config, vocab = settle_run(config, vocab, self.out_dir, resume, init_from, given, self.env)
-        check_tokenizer_function(checkpoint, tokenizer, config, self.env)
+        check_tokenizer_function(checkpoint, tokenizer, config, self.env, start)
         self._tokenizer_function = tokenizer is not None  # recorded in checkpoints: a resume must give it again
         if tokenizer is None:
             tokenizer = get_tokenizer(config.tokenize)

@@ -5,6 +5,7 @@ trains otherwise than asked, or a file written over."""
 
 import dataclasses
 import math
+import warnings
 
 import pytest
 
@@ -274,3 +275,20 @@ def test_a_run_split_by_a_tokenizer_function_resumes_only_with_one(texts, tmp_pa
         Trainer(config.replace(max_steps=2), [train], run, resume=run, progress=False)
     one_line(err, "split by a function given as Trainer(tokenizer=...); give it again to resume")
     Trainer(config.replace(max_steps=2), [train], run, resume=run, tokenizer=str.split, progress=False).train()
+
+
+def test_a_new_run_from_a_run_split_by_a_tokenizer_function_is_warned_without_one(texts, tmp_path):
+    """--init-from such a run (a checkpoint or its folder) split the new text by whitespace with no word, though the
+    source's text had been split by the function."""
+    train, vocab = texts
+    run = tmp_path / "run"
+    config = micro_train_config(max_steps=1)
+    Trainer(config, [train], run, vocab=vocab, tokenizer=str.split, progress=False).train()
+    for source in (run, next(run.glob("step-*"))):
+        with pytest.warns(UserWarning, match="split by a function given as Trainer.*this run splits its text by "
+                                             "whitespace"):
+            Trainer(config, [train], tmp_path / f"new-{source.name}", init_from=source, progress=False).close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(config, [train], tmp_path / "given", init_from=run, tokenizer=str.split, progress=False).close()
+    assert not [w for w in caught if "this run splits its text by" in str(w.message)]
