@@ -156,6 +156,31 @@ def test_nlpl_zip_is_unpacked_once_into_the_cache(source, tmp_path, monkeypatch)
     assert_same(load_bilm(unpacked), source)  # the unpacked folder is a layout of its own
 
 
+def test_cache_clear_removes_unpacked_zips_and_nothing_else(source, tmp_path, capsys):
+    """`elmo cache clear` removed the converted copies only: an unpacked NLPL zip (the size of its weights, again)
+    stayed in the cache with no command to list or remove it."""
+    from elmo.cli import main
+
+    archive = zip_folder(nlpl_folder(source, tmp_path / "nlpl"), tmp_path / "209.zip")
+    load_bilm(archive)
+    root = tmp_path / "cache" / "nlpl"
+    unpacked = root / file_sha256(archive)
+    leftover = root / ".0123456789abcdef.k3j4h5g6.tmp"  # an unpacking killed midway
+    leftover.mkdir()
+    (leftover / "model.hdf5").write_bytes(b"partial")
+    mine = root / ("ab" * 32)  # named like a copy, holding a file of the user's
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert str(unpacked) in out and "1 unpacked NLPL zip(s)" in out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 2 unpacked NLPL zip(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in root.iterdir()) == [mine.name] and (mine / "notes.txt").read_text() == "mine"
+    assert archive.exists()
+    assert_same(load_bilm(archive), source)  # unpacked again
+
+
 def test_an_unpacked_copy_cut_short_is_unpacked_again(source, tmp_path):
     """A model.hdf5 of the unpacked copy cut short failed every later load ("download it again", which gives the
     same zip, hence the same broken folder): the copy is checked against the zip's sizes and unpacked again. A user's

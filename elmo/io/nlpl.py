@@ -22,7 +22,7 @@ from itertools import islice
 from pathlib import Path
 
 from elmo.config import ConfigError, ElmoConfig
-from elmo.io.atomic import remove_stale_temporaries
+from elmo.io.atomic import is_temporary_name, remove_stale_temporaries
 from elmo.io.download import cache_dir
 from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import HDF5_KIND, describe_file
@@ -69,7 +69,7 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
     """The unpacked folder of an NLPL model zip (options.json + model.hdf5 [+ vocab.txt ...]), extracted into the
     cache the first time and reused after (keyed by the zip's sha256)."""
     archive = Path(archive)
-    root = cache_dir() / "nlpl"
+    root = unpacked_root()
     target = root / file_sha256(archive)
     try:
         with zipfile.ZipFile(archive) as z:
@@ -101,6 +101,51 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
         raise ModelFileError(f"{archive}: cannot unpack ({err}); unzip it yourself and give the folder") from None
     log.info("unpacked %s into %s", archive, target)
     return target
+
+
+def unpacked_root() -> Path:
+    """Where NLPL zips are unpacked: ``$ELMO_CACHE/nlpl/<the zip's sha256>/``."""
+    return cache_dir() / "nlpl"
+
+
+def unpacked_copies() -> list[Path]:
+    """The unpacked zips in the cache: folders named by a zip's sha256 holding nothing but a zip's members (a folder
+    holding anything else, or a link, is not one of ours)."""
+    root = unpacked_root()
+    if not root.is_dir() or root.is_symlink():
+        return []
+    return sorted(p for p in root.iterdir() if _is_key(p.name) and _holds_only_members(p))
+
+
+def clear_unpacked() -> tuple[int, int]:
+    """Delete the unpacked copies and the leftovers of interrupted unpackings (the next load of a zip unpacks it
+    again): (folders, bytes) removed. Nothing else in the folder is touched."""
+    removed = size = 0
+    root = unpacked_root()
+    leftovers = [p for p in root.iterdir() if _is_leftover(p)] if root.is_dir() and not root.is_symlink() else []
+    for folder in unpacked_copies() + leftovers:
+        size += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+        shutil.rmtree(folder)
+        removed += 1
+    return removed, size
+
+
+def _is_key(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
+
+
+def _is_leftover(path: Path) -> bool:
+    """A temporary folder of ``unpack_nlpl_zip`` ("." + the key's first 16 hex digits + "." + 8 random + ".tmp")."""
+    name = path.name
+    return (len(name) > 18 and name[0] == "." and name[17] == "." and all(c in "0123456789abcdef" for c in name[1:17])
+            and is_temporary_name(name, name[:18]) and path.is_dir() and not path.is_symlink())
+
+
+def _holds_only_members(folder: Path) -> bool:
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    entries = list(folder.iterdir())
+    return bool(entries) and all(p.name in MEMBERS and p.is_file() and not p.is_symlink() for p in entries)
 
 
 def _unpacked_whole(folder: Path, members: dict[str, zipfile.ZipInfo]) -> bool:
