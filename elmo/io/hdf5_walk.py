@@ -24,26 +24,28 @@ def visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: C
     have), else under the first. A link to another file is refused: the weights must be in the file given."""
     found: dict[str, Any] = {}
     names: dict[Any, str] = {}  # each dataset (its HDF5 object id): the name it is listed under
+
+    def add(name: str, dataset: object) -> None:
+        if not isinstance(dataset, h5py.Dataset):
+            return
+        listed = names.get(dataset.id)
+        if listed is None or (name in wanted and listed not in wanted):
+            found.pop(listed, None)
+            names[dataset.id] = name
+            found[name] = look(dataset)
+
     with h5py.File(path, "r") as f:
-        def visit(name: str, link: object, prefix: str = "") -> h5py.ExternalLink | None:  # not None: stop
-            name = prefix + name
+        f.visititems(add)  # every object once, by a hard link's name
+        links: list[tuple[str, object]] = []
+        f.visititems_links(lambda name, link: None if isinstance(link, h5py.HardLink) else links.append((name, link)))
+        for name, link in links:
             if isinstance(link, h5py.ExternalLink):
-                return h5py.ExternalLink(link.filename, name)  # raised after the visit (h5py's callbacks can't)
-            target = f.get(name)  # None: a soft link that leads nowhere
-            if isinstance(link, h5py.SoftLink) and isinstance(target, h5py.Group) and not prefix:
-                return target.visititems_links(lambda inner, inner_link: visit(inner, inner_link, f"{name}/"))
-            if not isinstance(target, h5py.Dataset):
-                return None
-            listed = names.get(target.id)
-            if listed is None or (name in wanted and listed not in wanted):
-                found.pop(listed, None)
-                names[target.id] = name
-                found[name] = look(target)
-            return None
-        external = f.visititems_links(visit)
-    if external is not None:
-        raise ExternalLinkError(f"{external.path!r} is a link to another file ({external.filename}); copy its data "
-                                f"into this file")
+                raise ExternalLinkError(f"{name!r} is a link to another file ({link.filename}); copy its data into "
+                                        f"this file")
+            target = f.get(name)  # a soft link: None where it leads nowhere
+            add(name, target)
+            if isinstance(target, h5py.Group):  # its datasets under this name too (links inside it are not followed)
+                target.visititems(lambda inner, obj: add(f"{name}/{inner}", obj))
     return found
 
 
