@@ -140,7 +140,7 @@ class PartStore:
         needed = sum(info["size"] for info in self.folder.files.values())
         check_free_space(output_path, needed + FILE_OVERHEAD, "the merged file")
         write = _write_npz if str(output_path).lower().endswith(".npz") else _write_hdf5
-        tmp, counted = self.root / MERGED, [0]
+        tmp, counted, merged = self.root / MERGED, [0], None  # merged: (device, inode) of the file being renamed
         try:
             with write_errors(output_path, needed):
                 write(tmp, self._arrays(parts, counted), None if sentence_to_index is None
@@ -150,10 +150,11 @@ class PartStore:
                                      f"{lines}; nothing was written to the output: rerun without --resume")
                 os.chmod(tmp, Path(output_path).stat().st_mode & 0o7777 if Path(output_path).exists()
                          else new_file_mode())
+                merged = _identity(tmp)
                 os.replace(tmp, output_path)
                 sync_folder(Path(output_path).parent)  # the rename on disk before the parts are deleted
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: before the rename it stops the merge, after it comes too late
-            if tmp.exists():
+            if merged is None or _identity(Path(output_path)) != merged:  # the output is not the merged file
                 raise
             self._finish_after_interrupt(output_path)
             return counted[0]
@@ -239,3 +240,12 @@ def _write_npz(path: Path, arrays: Iterable[tuple[str, np.ndarray]], index_json:
         if attributes:
             with archive.open(f"{META_KEY}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.array(json.dumps(attributes)), allow_pickle=False)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a file, or None when it is missing: which file a name holds, across a rename."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino

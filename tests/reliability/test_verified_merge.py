@@ -125,7 +125,10 @@ def test_an_interrupt_after_the_merged_files_rename_finishes_the_run(tmp_path, c
     assert litter(tmp_path) == ["in.txt", "model", "out.hdf5"]
 
 
-def test_an_interrupt_before_the_rename_still_stops_the_merge(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("where", ["new_file_mode", "_write_hdf5"])
+def test_an_interrupt_before_the_rename_still_stops_the_merge(tmp_path, capsys, monkeypatch, where):
+    """Before the merged file replaced the output (just before its rename, or before the merged file existed at
+    all), an interrupt stops the merge: no output, the parts kept for --resume, which finishes the file."""
     import elmo.io.parts as parts_module
 
     model = tiny_model(tmp_path / "model")
@@ -134,7 +137,7 @@ def test_an_interrupt_before_the_rename_still_stops_the_merge(tmp_path, capsys, 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(parts_module, "new_file_mode", interrupted)  # the merged file's mode, just before its rename
+    monkeypatch.setattr(parts_module, where, interrupted)
     rc, err = cli(capsys, "embed", source, tmp_path / "out.hdf5", "--top", "--model", model, "--quiet")
     assert rc == 130 and not (tmp_path / "out.hdf5").exists()
     assert "--resume continues" in err and (tmp_path / "out.hdf5.parts").is_dir()
