@@ -13,6 +13,7 @@ from elmo.io.official import (
     lstm_bias_from_tf, lstm_bias_to_tf, lstm_kernel_from_tf, lstm_kernel_to_tf, load_official,
     prepend_padding_row, remove_forget_bias, swap_gate_blocks,
 )
+from elmo.io.hdf5_walk import ExternalLinkError, visit_datasets
 from elmo.io.load import load_bilm
 from elmo.io.native import save_model
 from tests.conftest import OPTIONS, WEIGHTS, random_bilm, small_config
@@ -212,6 +213,25 @@ def test_a_link_to_another_file_is_refused_in_one_line(tmp_path):
         f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"] = h5py.ExternalLink(str(other), "/B")
     with pytest.raises(WeightFileError, match=r"'RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B' is a link to another file"):
         load_official(OPTIONS, _copy_with(tmp_path, change))
+
+
+def test_a_soft_link_leading_through_a_link_to_another_file_opens_nothing_there(tmp_path, monkeypatch):
+    """A soft link sorting before the external link it leads to (``a_soft -> /zz_ext``) made the walk open and read
+    the other file before the refusal."""
+    other = tmp_path / "other.hdf5"
+    with h5py.File(other, "w") as f:
+        f.create_dataset("B", data=np.zeros(4, dtype=np.float32))
+
+    def change(f):
+        f["zz_ext"] = h5py.ExternalLink(str(other), "/B")
+        f["a_soft"] = h5py.SoftLink("/zz_ext")
+    path = _copy_with(tmp_path, change)
+    looked = []
+    with pytest.raises(ExternalLinkError, match=r"'zz_ext' is a link to another file"):
+        visit_datasets(path, lambda dataset: looked.append(dataset.name))
+    assert "/a_soft" not in looked and looked  # the file's own datasets only
+    with pytest.raises(WeightFileError, match=r"'zz_ext' is a link to another file"):
+        load_official(OPTIONS, path)
 
 
 def test_a_soft_link_that_leads_nowhere_is_a_missing_dataset(tmp_path):

@@ -20,7 +20,7 @@ from elmo.data.corpus import SentenceSource, expand_files
 from elmo.data.vocab import SPECIALS, UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.errors import UsageError
 from elmo.io.model_files import ModelFiles
-from elmo.io.resolve import resolve
+from elmo.io.resolve import read_resolved, resolve
 from elmo.memory import keep_freed_memory
 from elmo.training.checkpoint import load_language_model
 from elmo.text.tokenize import get_tokenizer
@@ -131,7 +131,7 @@ def _relaunch_with_torchrun(nproc: int, stop_file: Path) -> None:
 
 def cmd_perplexity(args: argparse.Namespace) -> None:
     files, tokenizer = _model_and_tokenizer(args)
-    bilm, softmax, vocab = load_language_model(files)
+    bilm, softmax, vocab = read_resolved(args.model, load_language_model, files=files)  # pruned meanwhile: the next
     model = LanguageModel(bilm, softmax).to(args.device)
     texts = args.stdio.inputs(args.files)
     if args.zero_state:
@@ -156,7 +156,7 @@ def _warn_if_mostly_unknown(share: float, where: str, vocabulary: str) -> None:
 def cmd_score(args: argparse.Namespace) -> None:
     files, tokenizer = _model_and_tokenizer(args)
     split = [tokenizer(s) for s in args.sentences]  # an empty sentence is scored too: P(</S> | <S>)
-    bilm, softmax, vocab = load_language_model(files)
+    bilm, softmax, vocab = read_resolved(args.model, load_language_model, files=files)  # pruned meanwhile: the next
     _warn_of_unknown_tokens([w for tokens in split for w in tokens], vocab)
     for tokens, (forward, backward) in zip(split, score(bilm, softmax, vocab, split)):
         print(f"{forward:10.3f} {backward:10.3f}  {' '.join(tokens)}")  # the tokens scored: one line each
@@ -188,7 +188,7 @@ def cmd_substitutes(args: argparse.Namespace) -> None:
     if not 0 <= args.position < len(tokens):  # a mistake in the command line: say so before loading the model
         raise CommandLineError(f"position {args.position} is outside the sentence (0..{len(tokens) - 1}: "
                                f"{len(tokens)} tokens: {' '.join(tokens)[:200]})")
-    bilm, softmax, vocab = load_language_model(files)
+    bilm, softmax, vocab = read_resolved(args.model, load_language_model, files=files)  # pruned meanwhile: the next
     _warn_of_unknown_tokens(tokens, vocab)
     result = substitutes(bilm, softmax, vocab, tokens, args.position, args.k)
     print(f"position {args.position}: {tokens[args.position]!r} in {' '.join(tokens)!r}")  # the tokens read

@@ -38,10 +38,11 @@ def visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: C
         f.visititems(add)  # every object once, by a hard link's name
         links: list[tuple[str, object]] = []
         f.visititems_links(lambda name, link: None if isinstance(link, h5py.HardLink) else links.append((name, link)))
-        for name, link in links:
+        for name, link in links:  # all checked before any soft link is followed (it might lead through one)
             if isinstance(link, h5py.ExternalLink):
                 raise ExternalLinkError(f"{name!r} is a link to another file ({link.filename}); copy its data into "
                                         f"this file")
+        for name, _ in links:
             target = f.get(name)  # a soft link: None where it leads nowhere
             add(name, target)
             if isinstance(target, h5py.Group):  # its datasets under this name too (links inside it are not followed)

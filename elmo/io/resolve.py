@@ -49,12 +49,14 @@ NEWEST_TRIES = 3  # reads of a run folder's newest checkpoint, when a running tr
 
 
 def read_resolved(model: str | Path | None, read: Callable[[ModelFiles], T], options: str | Path | None = None,
-                  weights: str | Path | None = None) -> T:
-    """``read(resolve(model, options, weights))``. A run folder means its newest checkpoint; a run still training
-    there with ``keep_checkpoints = 1`` deletes that one once it has saved the next, maybe while it is read: then the
-    new newest is read (up to NEWEST_TRIES times), rather than failing on a file that was there a moment ago."""
+                  weights: str | Path | None = None, files: ModelFiles | None = None) -> T:
+    """``read(resolve(model, options, weights))`` (``files``: what ``resolve`` gave a moment ago, read first). A run
+    folder means its newest checkpoint; a run still training there with ``keep_checkpoints = 1`` deletes that one
+    once it has saved the next, maybe while it is read: then the new newest is read (up to NEWEST_TRIES times),
+    rather than failing on a file that was there a moment ago. (A prune inside ``resolve`` itself, between listing
+    the checkpoints and reading the newest one's config, is not retried: a window of microseconds.)"""
     for tries in range(1, NEWEST_TRIES + 1):
-        files = resolve(model, options, weights)
+        files = files if files is not None and tries == 1 else resolve(model, options, weights)
         try:
             return read(files)
         except (ElmoError, OSError):

@@ -176,6 +176,15 @@ def test_export_of_a_run_whose_newest_checkpoint_is_pruned_meanwhile_reads_the_n
     assert exported.keys() == newest.keys() and all(torch.equal(exported[k], newest[k]) for k in newest)
 
 
+@pytest.mark.parametrize("command", ["score", "perplexity"])
+def test_scoring_a_run_whose_newest_checkpoint_is_pruned_meanwhile_reads_the_next(run, tmp_path, capsys, monkeypatch,
+                                                                                  command):
+    text, vocab, folder = _copy(run, tmp_path)
+    _pruned_while_read(monkeypatch, folder)
+    rc, err = cli(capsys, command, folder, "w1 w2 w3" if command == "score" else text)
+    assert rc == 0, err
+
+
 def test_loading_a_run_whose_newest_checkpoint_is_pruned_meanwhile_loads_the_next(run, tmp_path, monkeypatch):
     from elmo.io.load import load_bilm
 
