@@ -192,8 +192,8 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
         try:
             return parts.merge_into(output_path, index if not (forget_sentences or use_sentence_keys) else None,
                                     {k: v for k, v in record.items() if v is not None}, chunks, scan.lines)
-        except KeyboardInterrupt as err:  # before the merged file's rename (after it, the merge finishes)
-            parts.after_failure(resumable, interrupted=isinstance(err, KeyboardInterrupt))
+        except KeyboardInterrupt:  # before the merged file's rename (after it, the merge finishes)
+            parts.after_failure(resumable, interrupted=True)
             raise
 
 

@@ -5,7 +5,9 @@ from random weights: no downloads."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 import zipfile
 from pathlib import Path
 
@@ -165,9 +167,13 @@ def test_cache_clear_removes_unpacked_zips_and_nothing_else(source, tmp_path, ca
     load_bilm(archive)
     root = tmp_path / "cache" / "nlpl"
     unpacked = root / file_sha256(archive)
-    leftover = root / ".0123456789abcdef.k3j4h5g6.tmp"  # an unpacking killed midway
-    leftover.mkdir()
-    (leftover / "model.hdf5").write_bytes(b"partial")
+    leftover = root / ".0123456789abcdef.k3j4h5g6.tmp"  # an unpacking killed midway, hours ago
+    running = root / ".fedcba9876543210.a1b2c3d4.tmp"  # one under way in another process
+    for folder in (leftover, running):
+        folder.mkdir()
+        (folder / "model.hdf5").write_bytes(b"partial")
+    for path in (leftover / "model.hdf5", leftover):
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
     mine = root / ("ab" * 32)  # named like a copy, holding a file of the user's
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
@@ -176,7 +182,8 @@ def test_cache_clear_removes_unpacked_zips_and_nothing_else(source, tmp_path, ca
     assert str(unpacked) in out and "1 unpacked NLPL zip(s)" in out
     assert main(["cache", "clear"]) == 0
     assert "removed 2 unpacked NLPL zip(s)" in capsys.readouterr().out
-    assert sorted(p.name for p in root.iterdir()) == [mine.name] and (mine / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in root.iterdir()) == sorted([mine.name, running.name])
+    assert (mine / "notes.txt").read_text() == "mine"
     assert archive.exists()
     assert_same(load_bilm(archive), source)  # unpacked again
 

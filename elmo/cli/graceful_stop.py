@@ -84,13 +84,15 @@ def wait_passing_signals(command: list[str], stop_file: Path) -> int:
     """Run ``command`` (torchrun over this command line, in a session of its own) to its end; its exit code, or
     130 / 143 after a stop asked for by Ctrl-C or SIGTERM. The request reaches the workers as ``stop_file`` (the run
     folder's ``.stop``, read by its main process at every step), not as a signal: torchrun answers a signal by
-    ending its workers and printing its own traceback. A second Ctrl-C stops the workers at once."""
+    ending its workers and printing its own traceback. A second Ctrl-C or SIGTERM stops the workers at once."""
     process = subprocess.Popen(command, start_new_session=True)  # the terminal's Ctrl-C reaches this process only
-    asked: list[str] = []
+    asked: list = []  # the first request's signal name and time
+    forced: list[str] = []  # a second request's signal name: the workers were stopped at once
 
     def handler(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
-        if asked and signum == signal.SIGINT and time.monotonic() - asked[1] > REPEAT_SECONDS:
+        if asked and time.monotonic() - asked[1] > REPEAT_SECONDS:
+            forced.append(name)
             os.killpg(process.pid, signal.SIGTERM)  # asked again: stop now (the last checkpoint stays)
         elif not asked:
             asked.extend([name, time.monotonic()])
@@ -109,4 +111,6 @@ def wait_passing_signals(command: list[str], stop_file: Path) -> int:
             signal.signal(sig, old)
         if asked:
             stop_file.unlink(missing_ok=True)  # ours, if the run ended before reading it
+    if forced:
+        return EXIT_CODES[forced[0]]
     return EXIT_CODES[asked[0]] if asked and code == 0 else code

@@ -118,15 +118,23 @@ def unpacked_copies() -> list[Path]:
 
 
 def clear_unpacked() -> tuple[int, int]:
-    """Delete the unpacked copies and the leftovers of interrupted unpackings (the next load of a zip unpacks it
-    again): (folders, bytes) removed. Nothing else in the folder is touched."""
+    """Delete the unpacked copies and the leftovers of killed unpackings, untouched for an hour (a younger one may
+    be another process's unpacking under way): (folders, bytes) removed; the next load of a zip unpacks it again.
+    Nothing else in the folder is touched; what another process removes meanwhile is skipped."""
     removed = size = 0
     root = unpacked_root()
     leftovers = [p for p in root.iterdir() if _is_leftover(p)] if root.is_dir() and not root.is_symlink() else []
     for folder in unpacked_copies() + leftovers:
-        size += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
-        shutil.rmtree(folder)
-        removed += 1
+        try:
+            bytes_in = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+            if folder in leftovers:
+                gone = remove_stale_temporaries(root, folder.name[:18]) > 0 and not folder.exists()
+            else:
+                shutil.rmtree(folder)
+                gone = True
+        except OSError:
+            continue
+        removed, size = removed + gone, size + bytes_in * gone
     return removed, size
 
 

@@ -70,7 +70,7 @@ class Trainer:
         try:
             self._set_up(config, files, vocab, tokenizer, resume, init_from, given)
         except BaseException:
-            self.close()
+            self._close(end_group=False)
             raise
 
     def _set_up(self, config: TrainConfig, files: Sequence[str | Path], vocab: Vocabulary | None,
@@ -108,13 +108,19 @@ class Trainer:
         Trainer joined under torchrun is closed (Gloo's threads, left to Python's exit, could abort a finished run:
         "terminate called without an active exception"). The Trainer is done: ``train``, ``train_step`` and ``save``
         are refused after it (they would write the folder unlocked)."""
+        self._close(end_group=True)
+
+    def _close(self, end_group: bool) -> None:
+        """``close``; the process group is left open after a failure or an interrupt (``end_group`` False): the
+        other processes may still wait for this one in a collective, and ending it can wait for them too."""
         self.closed = True
-        if self._own_group and dist.is_initialized():
-            dist.destroy_process_group()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
         remove_empty(self._made_folders)
+        if end_group and self._own_group and dist.is_initialized():
+            self._own_group = False
+            dist.destroy_process_group()
 
     # ---- setup ------------------------------------------------------------------------------------------------
     def _join_processes(self, device: str | None) -> None:
@@ -283,9 +289,12 @@ class Trainer:
         folder's lock is given back at the end, however the loop ends."""
         self._check_open()
         try:
-            return self._train()
-        finally:
-            self.close()
+            history = self._train()
+        except BaseException:
+            self._close(end_group=False)
+            raise
+        self.close()
+        return history
 
     def _check_open(self) -> None:
         if self.closed:  # one line, as a misuse; not a write into a folder another run may hold

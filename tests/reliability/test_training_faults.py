@@ -187,3 +187,20 @@ def test_a_second_signal_later_stops_at_once_as_that_signal(monkeypatch, sig, ra
             time.sleep(0.01)
             signal.raise_signal(sig)
     assert type(stopped.value).__name__ == raised
+
+
+def test_a_second_sigterm_to_elmo_train_nproc_stops_the_workers_at_once(tmp_path, monkeypatch):
+    """`elmo train --nproc N` passed a first SIGTERM on as the .stop file, and ignored a second one (only a second
+    Ctrl-C stopped the workers at once): a scheduler's reminder before its kill went unheard."""
+    import threading
+
+    import elmo.cli.graceful_stop as graceful_stop
+
+    monkeypatch.setattr(graceful_stop, "REPEAT_SECONDS", 0.1)
+    stop_file = tmp_path / ".stop"
+    for delay in (0.3, 0.8):
+        threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    start = time.monotonic()
+    code = graceful_stop.wait_passing_signals([sys.executable, "-c", "import time; time.sleep(20)"], stop_file)
+    assert code == 143 and time.monotonic() - start < 10
+    assert not stop_file.exists()  # the request file is the launcher's to remove
