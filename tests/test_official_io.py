@@ -240,3 +240,34 @@ def test_a_soft_link_that_leads_nowhere_is_a_missing_dataset(tmp_path):
         f["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"] = h5py.SoftLink("/nowhere")
     with pytest.raises(WeightFileError, match=r"dataset 'RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B' is missing"):
         load_official(OPTIONS, _copy_with(tmp_path, change))
+
+
+@pytest.mark.parametrize("case", ["hard link", "soft link to a group", "link inside a linked group", "circle"])
+def test_a_dataset_under_two_model_names_or_behind_nested_links_loads(tmp_path, case):
+    """One dataset serving two of the model's names (a hard link, or a layer's group linked to another's) was listed
+    under one name only, and the other was "missing"; a soft link inside a soft-linked group left its dataset an
+    "unexpected" stray. Every name h5py itself resolves now counts: the model equals one read from a file holding
+    copies where the links were."""
+    b0, b1 = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/B", "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"
+
+    def change(f, copies):
+        if case == "hard link":
+            del f[b1]
+            f[b1] = f[b0] if not copies else f[b0][()]
+        elif case == "soft link to a group":
+            del f["RNN_1"]
+            if copies:
+                f.copy(f["RNN_0"], "RNN_1")
+            else:
+                f["RNN_1"] = h5py.SoftLink("/RNN_0")
+        elif case == "link inside a linked group" and not copies:
+            f.move("CNN", "CNN_real")
+            f.move("CNN_real/W_cnn_0", "store_w0")
+            f["CNN_real/W_cnn_0"] = h5py.SoftLink("/store_w0")
+            f["CNN"] = h5py.SoftLink("/CNN_real")
+        elif case == "circle" and not copies:  # a circle of soft links no model name uses
+            f["loop_a"], f["loop_b"] = h5py.SoftLink("/loop_b"), h5py.SoftLink("/loop_a")
+    (tmp_path / "linked").mkdir(), (tmp_path / "copied").mkdir()
+    linked = load_official(OPTIONS, _copy_with(tmp_path / "linked", lambda f: change(f, False)))
+    copied = load_official(OPTIONS, _copy_with(tmp_path / "copied", lambda f: change(f, True)))
+    assert all(torch.equal(linked.state_dict()[k], v) for k, v in copied.state_dict().items())

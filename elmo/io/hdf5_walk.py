@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Container
+from typing import Any, Callable, Collection
 
 import h5py
 import numpy as np
@@ -16,23 +16,28 @@ class ExternalLinkError(ValueError):
     """A dataset name that links to another file: the weights must be in the file given."""
 
 
-def visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: Container[str] = ()) -> dict[str, Any]:
+def visit_datasets(path: Path, look: Callable[[h5py.Dataset], object],
+                   wanted: Collection[str] = ()) -> dict[str, Any]:
     """``look(dataset)`` of every dataset of an hdf5 file, by its full path without the leading '/'.
 
-    A soft link (another name inside the file) to a dataset or a group counts as a name of what it leads to. A dataset
-    with several names is listed once: under a name in ``wanted`` where it has one (the names the model's datasets
-    have), else under the first. A link to another file is refused: the weights must be in the file given."""
+    Every name in ``wanted`` (the names of the model's datasets) that leads to a dataset, through hard or soft links,
+    is listed; a dataset that has such a name is listed under those only, any other under the first name found (a
+    soft link to a dataset or a group counts as a name). A link to another file is refused: the weights must be in
+    the file given. A soft link that leads nowhere, or round in a circle, names nothing."""
     found: dict[str, Any] = {}
-    names: dict[Any, str] = {}  # each dataset (its HDF5 object id): the name it is listed under
+    listed: dict[Any, list[str]] = {}  # each dataset (its HDF5 object id): the names it is listed under
 
     def add(name: str, dataset: object) -> None:
         if not isinstance(dataset, h5py.Dataset):
             return
-        listed = names.get(dataset.id)
-        if listed is None or (name in wanted and listed not in wanted):
-            found.pop(listed, None)
-            names[dataset.id] = name
-            found[name] = look(dataset)
+        names = listed.setdefault(dataset.id, [])
+        if name in names or (names and name not in wanted):
+            return
+        for other in [n for n in names if n not in wanted]:  # a model's name replaces any other
+            names.remove(other)
+            found.pop(other)
+        names.append(name)
+        found[name] = look(dataset)
 
     with h5py.File(path, "r") as f:
         f.visititems(add)  # every object once, by a hard link's name
@@ -43,11 +48,22 @@ def visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: C
                 raise ExternalLinkError(f"{name!r} is a link to another file ({link.filename}); copy its data into "
                                         f"this file")
         for name, _ in links:
-            target = f.get(name)  # a soft link: None where it leads nowhere
+            target = _get(f, name)
             add(name, target)
-            if isinstance(target, h5py.Group):  # its datasets under this name too (links inside it are not followed)
+            if isinstance(target, h5py.Group):  # its datasets under this name too
                 target.visititems(lambda inner, obj: add(f"{name}/{inner}", obj))
+        for name in wanted:  # a model's name reached otherwise: a second hard link, a link inside a linked group
+            if name not in found:
+                add(name, _get(f, name))
     return found
+
+
+def _get(f: h5py.File, name: str) -> object | None:
+    """The object at ``name`` (links followed), or None where the path leads nowhere or round in a circle."""
+    try:
+        return f.get(name)
+    except (KeyError, RuntimeError, OSError):
+        return None
 
 
 def storage_problem(dataset: h5py.Dataset) -> str | None:

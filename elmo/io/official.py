@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Container
+from typing import Any, Callable, Collection
 
 import h5py
 import numpy as np
@@ -234,7 +234,7 @@ def check_storage(path: Path, config: ElmoConfig | None = None) -> None:
         raise WeightFileError(f"{path}: dataset {name!r} {problem}; the file is damaged or not a bilm-tf weight file")
 
 
-def _visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: Container[str] = ()) -> dict[str, Any]:
+def _visit_datasets(path: Path, look: Callable[[h5py.Dataset], object], wanted: Collection[str] = ()) -> dict[str, Any]:
     """``visit_datasets`` with its problems as one-line ``WeightFileError``s."""
     try:
         return visit_datasets(path, look, wanted)
