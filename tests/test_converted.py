@@ -218,6 +218,27 @@ def test_a_copy_cleared_while_it_loads_is_converted_again(cache, tmp_path, monke
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
 
 
+def test_a_copy_this_user_may_not_read_falls_back_to_the_official_files(cache, tmp_path, monkeypatch, caplog):
+    """A converted copy another user made (mode 000 to this one) stopped the user's own good files from loading:
+    "config.json: Permission denied". The official files are read instead."""
+    import errno
+
+    import elmo.io.converted as converted_module
+    import elmo.io.load as load_module
+
+    options, weights = _pair(tmp_path / "pair")
+    first = load_bilm(options=options, weights=weights)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", "config.json")
+
+    monkeypatch.setattr(load_module, "load_model", denied)
+    monkeypatch.setattr(converted_module, "_holds_only_a_copy", denied)  # nor may it list the folder to remove it
+    with caplog.at_level(logging.INFO):
+        again = load_bilm(options=options, weights=weights)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+
+
 def test_the_cache_folder_is_expanded_and_absolute(monkeypatch, tmp_path):
     from pathlib import Path
 

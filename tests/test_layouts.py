@@ -177,12 +177,15 @@ def test_cache_clear_removes_unpacked_zips_and_nothing_else(source, tmp_path, ca
     mine = root / ("ab" * 32)  # named like a copy, holding a file of the user's
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
+    partial = root / ("cd" * 32)  # member names, but no weights: not an unpacked copy
+    partial.mkdir()
+    (partial / "README").write_text("mine too")
     assert main(["cache", "list"]) == 0
     out = capsys.readouterr().out
     assert str(unpacked) in out and "1 unpacked NLPL zip(s)" in out
     assert main(["cache", "clear"]) == 0
     assert "removed 2 unpacked NLPL zip(s)" in capsys.readouterr().out
-    assert sorted(p.name for p in root.iterdir()) == sorted([mine.name, running.name])
+    assert sorted(p.name for p in root.iterdir()) == sorted([mine.name, partial.name, running.name])
     assert (mine / "notes.txt").read_text() == "mine"
     assert archive.exists()
     assert_same(load_bilm(archive), source)  # unpacked again

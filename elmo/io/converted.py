@@ -61,7 +61,10 @@ def lookup(pair: str | None) -> Path | None:
     if pair is None:
         return None
     folder = root() / pair
-    return folder if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() else None
+    try:
+        return folder if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() else None
+    except OSError:  # a copy this user may not read: the official files are read instead
+        return None
 
 
 def store(pair: str | None, options_file: str | Path, weight_file: str | Path, write) -> Path | None:
@@ -122,9 +125,12 @@ def discard(copy: Path) -> None:
     anything but a copy's files is left as it is."""
     if not copy.is_dir():  # already gone (`elmo cache clear` in another process): nothing to do
         return
-    if copy.parent == root() and is_key(copy.name) and not copy.is_symlink() and _holds_only_a_copy(copy) \
-            and _is_complete(copy):
-        shutil.rmtree(copy, ignore_errors=True)
+    try:
+        if copy.parent == root() and is_key(copy.name) and not copy.is_symlink() and _holds_only_a_copy(copy) \
+                and _is_complete(copy):
+            shutil.rmtree(copy, ignore_errors=True)
+    except OSError:  # one this user may not read or remove: left, the official files are read instead
+        pass
 
 
 def copies() -> list[Path]:

@@ -38,8 +38,8 @@ def load_files(files: ModelFiles, stateful: bool = False) -> BiLM:
     if copy is not None:
         try:
             bilm = load_model(copy, stateful=stateful)
-        except (ModelFileError, ConfigError) as err:  # the copy is ours: replace it, the user's files are fine
-            if copy.is_dir():
+        except (ModelFileError, ConfigError, OSError) as err:  # the copy is ours (damaged, or unreadable): the
+            if copy.is_dir():  # user's own files are fine, so they are read instead
                 logger.warning("the converted copy of %s is damaged (%s); converting the official files again",
                                files.weights, err)
             else:  # cleared (`elmo cache clear`) while this process loaded it

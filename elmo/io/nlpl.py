@@ -153,7 +153,8 @@ def _holds_only_members(folder: Path) -> bool:
     if folder.is_symlink() or not folder.is_dir():
         return False
     entries = list(folder.iterdir())
-    return bool(entries) and all(p.name in MEMBERS and p.is_file() and not p.is_symlink() for p in entries)
+    whole = {OPTIONS_NAME, WEIGHTS_NAME} <= {p.name for p in entries}  # an unpacked copy always holds both
+    return whole and all(p.name in MEMBERS and p.is_file() and not p.is_symlink() for p in entries)
 
 
 def _unpacked_whole(folder: Path, members: dict[str, zipfile.ZipInfo]) -> bool:
