@@ -16,7 +16,7 @@ from elmo.io.atomic import path_argument
 from elmo.io.checkpoint import checkpoint_step, is_checkpoint, list_checkpoints, named_as_its_step
 from elmo.io.model_files import ModelFiles
 from elmo.io.file_kinds import HDF5_KIND, describe_file, is_weight_file
-from elmo.io.native import ModelFileError, is_model_dir
+from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME, ModelFileError, is_model_dir
 from elmo.io.official import WeightFileError
 
 LOOKED_FOR = ("config.json + model.safetensors (our format), checkpoint folders (a training run), options.json or "
@@ -94,8 +94,13 @@ def resolve_path(model: str | Path) -> ModelFiles:
                              f"the folder holding it, or an official pair as options= and weights= (--options/--weights)")
     if is_model_dir(root):
         return ModelFiles.of_folder(root)
-    if (found := list_checkpoints(root)) and is_model_dir(found[-1]):
-        return ModelFiles.of_folder(named_as_its_step(found[-1]))  # a training run folder: its newest checkpoint
+    if found := list_checkpoints(root):  # a training run folder: its newest checkpoint
+        if not is_model_dir(found[-1]):
+            missing = next(name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (found[-1] / name).is_file())
+            older = f" ({found[-2].name} is the one before it)" if len(found) > 1 else ""
+            raise ModelFileError(f"{found[-1] / missing}: missing from the run's newest checkpoint; give an older "
+                                 f"checkpoint folder itself{older}, or move the damaged one out of the run")
+        return ModelFiles.of_folder(named_as_its_step(found[-1]))
     pair = official_pair(root)
     if pair == (root / nlpl.OPTIONS_NAME, root / nlpl.WEIGHTS_NAME):
         return _nlpl_files(root)

@@ -201,3 +201,14 @@ def test_a_newest_checkpoint_deleted_without_a_next_is_still_one_line(run, tmp_p
     rc, err = cli(capsys, "export", folder, tmp_path / "exported")
     assert rc == 1 and not (tmp_path / "exported").exists()
     one_error_line(err, "step-00000003")
+
+
+def test_a_run_whose_newest_checkpoint_lost_a_file_names_it(run, tmp_path, capsys):
+    """The run folder was "not a model directory; looked for ... checkpoint folders (a training run)", beside three
+    checkpoints: the newest one's missing file is named, with the one before it."""
+    text, vocab, folder = _copy(run, tmp_path)
+    (folder / "step-00000003" / "model.safetensors").unlink()
+    rc, err = cli(capsys, "score", folder, "w1 w2")
+    assert rc == 1
+    one_error_line(err, "step-00000003/model.safetensors: missing from the run's newest checkpoint",
+                   "step-00000002 is the one before it")
