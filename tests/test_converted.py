@@ -249,3 +249,27 @@ def test_the_cache_folder_is_expanded_and_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ELMO_CACHE", "relative")
     assert cache_dir() == tmp_path / "relative"
+
+
+@pytest.mark.parametrize("action", ["list", "clear"])
+def test_a_cache_half_this_user_may_not_read_does_not_hide_the_other(cache, tmp_path, monkeypatch, capsys, action):
+    """An unreadable unpacked NLPL copy made `cache list` print nothing at all, and `cache clear` delete the converted
+    copies without saying so: each half now says what it did, then one line names the path that stopped it."""
+    import errno
+
+    from elmo.io import nlpl
+
+    options, weights = _pair(tmp_path / "official")
+    load_bilm(options=options, weights=weights)
+    blocked = str(cache.parent / "nlpl" / ("ab" * 32))
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", blocked)
+
+    monkeypatch.setattr(nlpl, "clear_unpacked" if action == "clear" else "unpacked_copies", denied)
+    assert main(["cache", action]) == 1
+    out, err = capsys.readouterr()
+    assert ("removed 1 converted model(s)" if action == "clear" else "1 converted model(s)") in out
+    last = err.strip().splitlines()[-1]  # (above it: the first load's own log line)
+    assert last.startswith("elmo cache: error: ") and f"{blocked}: Permission denied" in last and "ELMO_CACHE" in last
+    assert "Traceback" not in err

@@ -4,25 +4,55 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from elmo.errors import UsageError
 from elmo.io import converted, nlpl
 
 
 def cmd_cache(args: argparse.Namespace) -> None:
+    """List or clear both halves of the cache; one half that cannot be read or removed (another user's folder) does
+    not hide the other: what was done is said, then one line names the path that stopped it (exit 1)."""
+    problems: list[OSError] = []
     if args.action == "clear":
-        copies, leftovers, size = converted.clear()
-        unpacked, unpacked_size = nlpl.clear_unpacked()
-        unfinished = f" and {leftovers} unfinished one(s) of interrupted loads" if leftovers else ""
-        print(f"removed {copies} converted model(s){unfinished}, {size / 1e6:,.0f} MB, from {converted.root()}")
-        print(f"removed {unpacked} unpacked NLPL zip(s), {unpacked_size / 1e6:,.0f} MB, from {nlpl.unpacked_root()}")
-        return
-    copies, unpacked = converted.copies(), nlpl.unpacked_copies()
-    for copy in copies + unpacked:
-        size = sum(p.stat().st_size for p in copy.rglob("*") if p.is_file())
-        print(f"{copy}  {size / 1e6:,.0f} MB")
-    print(f"{len(copies)} converted model(s) in {converted.root()}" + ("" if converted.enabled() else
-                                                                         " (off: ELMO_CONVERT_CACHE=0)"))
-    print(f"{len(unpacked)} unpacked NLPL zip(s) in {nlpl.unpacked_root()}")
+        with _noted(problems):
+            copies, leftovers, size = converted.clear()
+            unfinished = f" and {leftovers} unfinished one(s) of interrupted loads" if leftovers else ""
+            print(f"removed {copies} converted model(s){unfinished}, {size / 1e6:,.0f} MB, from {converted.root()}")
+        with _noted(problems):
+            unpacked, unpacked_size = nlpl.clear_unpacked()
+            print(f"removed {unpacked} unpacked NLPL zip(s), {unpacked_size / 1e6:,.0f} MB, from "
+                  f"{nlpl.unpacked_root()}")
+    else:
+        with _noted(problems):
+            copies = converted.copies()
+            _list(copies)
+            print(f"{len(copies)} converted model(s) in {converted.root()}" + ("" if converted.enabled() else
+                                                                                 " (off: ELMO_CONVERT_CACHE=0)"))
+        with _noted(problems):
+            unpacked = nlpl.unpacked_copies()
+            _list(unpacked)
+            print(f"{len(unpacked)} unpacked NLPL zip(s) in {nlpl.unpacked_root()}")
+    if problems:
+        err = problems[0]
+        raise UsageError(f"{err.filename or 'the cache'}: {err.strerror or err}; the cache folder holds what this user "
+                         f"may not read or remove (another user's?): ask its owner, or point ELMO_CACHE elsewhere")
+
+
+@contextmanager
+def _noted(problems: list[OSError]) -> Iterator[None]:
+    try:
+        yield
+    except OSError as err:
+        problems.append(err)
+
+
+def _list(folders: list[Path]) -> None:
+    for folder in folders:
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        print(f"{folder}  {size / 1e6:,.0f} MB")
 
 
 def add_commands(sub) -> None:
