@@ -409,3 +409,24 @@ def test_char_ids_beyond_the_table_are_a_usage_error(source):
     ids[0, 1, 2] = -1
     with pytest.raises(UsageError, match="character id -1 is out of range"):
         source(ids)
+
+
+def test_cache_clear_follows_a_linked_nlpl_folder_and_names_a_file_in_its_place(source, tmp_path, capsys):
+    """A linked `nlpl` folder was unpacked into, but listed as empty and never cleared; a file in its place was
+    listed as 0 copies, exit 0 (the converted half of the cache already did both right)."""
+    from elmo.cli import main
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "nlpl").symlink_to(elsewhere, target_is_directory=True)
+    archive = zip_folder(nlpl_folder(source, tmp_path / "nlpl"), tmp_path / "209.zip")
+    load_bilm(archive)
+    assert main(["cache", "list"]) == 0 and "1 unpacked NLPL zip(s)" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0 and "removed 1 unpacked NLPL zip(s)" in capsys.readouterr().out
+    assert list(elsewhere.iterdir()) == [] and (tmp_path / "cache" / "nlpl").is_symlink()
+    (tmp_path / "cache" / "nlpl").unlink()
+    (tmp_path / "cache" / "nlpl").write_text("a file of the user's")
+    assert main(["cache", "list"]) == 1
+    assert "nlpl: a file, where elmo keeps the NLPL zips it unpacks" in capsys.readouterr().err
+    assert (tmp_path / "cache" / "nlpl").read_text() == "a file of the user's"

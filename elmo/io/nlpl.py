@@ -22,6 +22,7 @@ from itertools import islice
 from pathlib import Path
 
 from elmo.config import ConfigError, ElmoConfig
+from elmo.errors import UsageError
 from elmo.io.atomic import is_temporary_name, remove_stale_temporaries
 from elmo.io.download import cache_dir
 from elmo.io.work_folder import file_sha256
@@ -112,7 +113,10 @@ def unpacked_copies() -> list[Path]:
     """The unpacked zips in the cache: folders named by a zip's sha256 holding nothing but a zip's members (a folder
     holding anything else, or a link, is not one of ours)."""
     root = unpacked_root()
-    if not root.is_dir() or root.is_symlink():
+    if root.exists() and not root.is_dir():  # listing it would report an empty cache that can never hold a copy
+        raise UsageError(f"{root}: a file, where elmo keeps the NLPL zips it unpacks; move the file, or point "
+                         f"ELMO_CACHE at another folder")
+    if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if _is_key(p.name) and _holds_only_members(p))
 
@@ -123,8 +127,9 @@ def clear_unpacked() -> tuple[int, int]:
     Nothing else in the folder is touched; what another process removes meanwhile is skipped."""
     removed = size = 0
     root = unpacked_root()
-    leftovers = [p for p in root.iterdir() if _is_leftover(p)] if root.is_dir() and not root.is_symlink() else []
-    for folder in unpacked_copies() + leftovers:
+    copies = unpacked_copies()  # (a link to a folder is followed, as for the converted copies)
+    leftovers = [p for p in root.iterdir() if _is_leftover(p)] if root.is_dir() else []
+    for folder in copies + leftovers:
         try:
             bytes_in = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
             if folder in leftovers:
