@@ -19,12 +19,13 @@ assert _mallopt((M_MMAP_THRESHOLD, 128 << 10), (M_TRIM_THRESHOLD, 128 << 10))
 if {keep!r}:
     assert keep_freed_memory()
 faults = []
-for _ in range(3):  # a training step's pattern: many blocks of a few MB, all freed at its end
+for _ in range(6):  # a training step's pattern: many blocks of a few MB, all freed at its end
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     blocks = [torch.ones(1 << 18) for _ in range(40)]  # 40 x 1 MB, each written
     del blocks
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(faults[-1])
+print(min(faults[1:]))  # the steady state: the best repeated round (one may place a block anew, or meet the
+# kernel reclaiming idle pages: seen as 256-1,280 faults once in a while, against 10,240 when memory is handed back)
 """
 
 
