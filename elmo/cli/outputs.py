@@ -78,6 +78,8 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
             continue
         if folder_names is None and output.endswith("/"):  # Path() drops the slash: a file would be written
             raise CommandLineError(f"{output}: ends with a slash, a folder's name; give the output file's name")
+        if folder_names is None and Path(output).is_dir():  # the same mistake without the slash: the same exit 2
+            raise CommandLineError(f"{output}: is a folder; give the output file's name (a file in it, or elsewhere)")
         if folder_names is None and not Path(output).is_dir():  # a file output: no device or pipe (a folder: below)
             try:
                 writable_file(output)
