@@ -10,6 +10,7 @@ from pathlib import Path
 
 from elmo.errors import UsageError
 from elmo.io import converted, nlpl
+from elmo.io.atomic import folder_bytes
 
 
 def cmd_cache(args: argparse.Namespace) -> None:
@@ -51,8 +52,7 @@ def _noted(problems: list[OSError]) -> Iterator[None]:
 
 def _list(folders: list[Path]) -> None:
     for folder in folders:
-        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-        print(f"{folder}  {size / 1e6:,.0f} MB")
+        print(f"{folder}  {folder_bytes(folder) / 1e6:,.0f} MB")
 
 
 def add_commands(sub) -> None:

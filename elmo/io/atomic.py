@@ -296,6 +296,11 @@ def _umask() -> int:
     return umask
 
 
+def folder_bytes(folder: str | Path) -> int:
+    """The bytes of the plain files in ``folder`` and below (links not followed): what deleting it frees."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def free_bytes(path: str | Path) -> int:
     """Free bytes on the file system that holds ``path`` (or its nearest existing parent)."""
     path = Path(path).absolute()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path, is_temporary_name
+from elmo.io.atomic import atomic_path, folder_bytes, is_temporary_name
 from elmo.io.download import cache_dir, env_switch
 from elmo.io.work_folder import file_sha256
 from elmo.io.native import CONFIG_NAME, WEIGHTS_NAME
@@ -108,7 +108,7 @@ def clear() -> tuple[int, int, int]:
         return 0, 0, 0
     copies = leftovers = size = 0
     for entry in _entries(folder, leftovers=True):
-        size += sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+        size += folder_bytes(entry)
         shutil.rmtree(entry)
         copies += is_key(entry.name)
         leftovers += not is_key(entry.name)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from elmo.config import ConfigError, ElmoConfig
 from elmo.errors import UsageError
-from elmo.io.atomic import is_temporary_name, remove_stale_temporaries
+from elmo.io.atomic import folder_bytes, is_temporary_name, remove_stale_temporaries
+from elmo.io.converted import is_key
 from elmo.io.download import cache_dir
 from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import HDF5_KIND, describe_file
@@ -118,7 +119,7 @@ def unpacked_copies() -> list[Path]:
                          f"ELMO_CACHE at another folder")
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if _is_key(p.name) and _holds_only_members(p))
+    return sorted(p for p in root.iterdir() if is_key(p.name) and _holds_only_members(p))
 
 
 def clear_unpacked() -> tuple[int, int]:
@@ -131,20 +132,16 @@ def clear_unpacked() -> tuple[int, int]:
     leftovers = [p for p in root.iterdir() if _is_leftover(p)] if root.is_dir() else []
     for folder in copies + leftovers:
         try:
-            bytes_in = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+            bytes_in = folder_bytes(folder)
             if folder in leftovers:
-                gone = remove_stale_temporaries(root, folder.name[:18]) > 0 and not folder.exists()
+                remove_stale_temporaries(root, folder.name[:18])
             else:
                 shutil.rmtree(folder)
-                gone = True
         except OSError:
             continue
-        removed, size = removed + gone, size + bytes_in * gone
+        if not folder.exists():
+            removed, size = removed + 1, size + bytes_in
     return removed, size
-
-
-def _is_key(name: str) -> bool:
-    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
 def _is_leftover(path: Path) -> bool:
