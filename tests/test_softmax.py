@@ -109,30 +109,28 @@ def test_expected_count_when_no_draw_repeated_is_p_times_tries_as_tensorflow():
     assert abs(float(sampler.log_expected_count(ids[:1], 2, 2)) - (-2.2823)) < 1e-3  # TF's figure for id 0
 
 
-def test_one_gather_for_both_directions_gives_the_loss_and_gradients_of_the_real_positions_alone():
-    """The training step gathers every softmax row it needs at once (one gradient scatter instead of four); a
-    position without a target (-1) takes row 0 there, and masking its loss leaves every gradient as if the position
-    were not there."""
+def test_both_directions_in_one_call_give_the_loss_and_gradients_of_each_direction_s_real_positions_alone():
+    """The training step runs both directions' sampled softmax as one (one gather of every row it needs, batched
+    products); each direction keeps its own negatives and accidental hits, and a position without a target (-1)
+    takes row 0 there, and masking its loss leaves every gradient as if the position were not there."""
     torch.manual_seed(0)
     softmax = LMSoftmax(40, 6)
     hidden = torch.randn(2, 5, 6)
-    targets = torch.tensor([[3, 7, -1, 0, 39], [1, 1, 12, -1, 5]])
-    candidates = [torch.tensor([0, 2, 3, 9]), torch.tensor([1, 4, 5, 30, 31])]
-    logq_t, logq_c = torch.randn(2, 5), [torch.randn(len(c)) for c in candidates]
+    # hits: 3, 0, 39 in direction 0, and 1, 1, 5 in 1; 30 and 9 are the other direction's negatives only
+    targets = torch.tensor([[3, 30, -1, 0, 39], [1, 1, 9, -1, 5]])
+    candidates = torch.tensor([[0, 2, 3, 9, 39], [1, 4, 5, 30, 31]])
+    logq_t, logq_c = torch.randn(2, 5), torch.randn(2, 5)
     real = targets.ge(0)
 
-    def gathered_loss() -> torch.Tensor:
-        rows = softmax.gather([ids for t, c in zip(targets, candidates) for ids in (t, c)])
-        parts = [softmax.sampled_loss(hidden[d], targets[d], candidates[d], logq_t[d], logq_c[d], reduction="none",
-                                      rows=rows[2 * d : 2 * d + 2]) for d in range(2)]
-        return (torch.cat(parts) * real.reshape(-1)).sum()
+    def both_at_once() -> torch.Tensor:
+        return (softmax.sampled_loss(hidden, targets, candidates, logq_t, logq_c, reduction="none") * real).sum()
 
     def real_positions_only() -> torch.Tensor:
         return sum(softmax.sampled_loss(hidden[d][real[d]], targets[d][real[d]], candidates[d], logq_t[d][real[d]],
                                         logq_c[d], reduction="sum") for d in range(2))
 
     results = []
-    for loss in (gathered_loss, real_positions_only):
+    for loss in (both_at_once, real_positions_only):
         softmax.zero_grad()
         value = loss()
         value.backward()

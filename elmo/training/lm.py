@@ -72,29 +72,14 @@ class LanguageModel(nn.Module):
             if samples is None:
                 per_position = self.softmax.full_loss(hidden_all, targets, reduction="none")  # (2N,)
             else:
-                directions = targets.chunk(2)
-                candidates = [c.to(targets.device) for c, _ in samples]
-                # every softmax row the step needs (both directions' targets and negatives) in one gather
-                rows = self.softmax.gather([ids for t, c in zip(directions, candidates) for ids in (t, c)])
-                per_position = torch.cat([self._sampled(h, t, c, sample, sampler, rows[2 * d : 2 * d + 2])  # (N,)
-                                          for d, (h, t, c, sample) in enumerate(zip(hidden_all.chunk(2), directions,
-                                                                                    candidates, samples))])
+                streams = targets.view(2, -1)  # (2, N)
+                candidates = torch.stack([drawn for drawn, _ in samples]).to(targets.device)  # (2, S)
+                per_position = self.softmax.sampled_loss(
+                    hidden_all.view(2, -1, hidden_all.shape[1]), streams, candidates,
+                    *log_expected_counts(sampler, streams, samples, hidden_all.device), reduction="none").view(-1)
         valid = targets.ge(0).float()
         halves = per_position.mul(valid).view(2, -1).sum(1) / valid.view(2, -1).sum(1).clamp(min=1)
         return [halves[0], halves[1]], new_states
-
-    def _sampled(self, hidden: torch.Tensor, targets: torch.Tensor, candidates: torch.Tensor,
-                 sample: tuple[torch.Tensor, int], sampler: LogUniformSampler,
-                 rows: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """Per-position sampled-softmax loss (N,) of one direction's hidden states (N, P) against its negatives
-        (``candidates``: the sample's ids on the hidden states' device; ``rows``: the softmax rows of its targets and
-        negatives, ``LMSoftmax.gather``)."""
-        drawn, tries = sample  # the sampler's own (CPU) copy of the ids
-        n = len(drawn)
-        return self.softmax.sampled_loss(
-            hidden, targets, candidates,
-            sampler.log_expected_count(targets.clamp(min=0).cpu(), tries, n).to(hidden.device),  # -1: masked later
-            sampler.log_expected_count(drawn, tries, n).to(hidden.device), reduction="none", rows=rows)
 
     def layers_side_by_side(self) -> list[LayersSideBySide]:
         """Layer l of the forward and the backward stack, run together (``run_stack``'s layers)."""
@@ -111,3 +96,12 @@ class LanguageModel(nn.Module):
         l = self.bilm.config.lstm
         return [[(torch.zeros(batch, l.projection_dim, device=device), torch.zeros(batch, l.dim, device=device))
                  for _ in range(l.n_layers)] for _ in range(2)]
+
+
+def log_expected_counts(sampler: LogUniformSampler, targets: torch.Tensor, samples: Sequence[tuple[torch.Tensor, int]],
+                        device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each stream's log expected counts under its own draw (bilm-tf draws each direction's negatives separately):
+    of its targets (D, N) and of its candidates (D, S). Negative targets (masked later) count as id 0."""
+    pairs = [(sampler.log_expected_count(t.clamp(min=0).cpu(), tries, len(drawn)),
+              sampler.log_expected_count(drawn, tries, len(drawn))) for t, (drawn, tries) in zip(targets, samples)]
+    return tuple(torch.stack(side).to(device) for side in zip(*pairs))
