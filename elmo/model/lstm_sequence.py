@@ -54,8 +54,9 @@ class LayerSequence(torch.autograd.Function):
         ih, hh, b = (_own_order(w, cells) for w in (weight_ih, weight_hh, bias))  # gate rows o, i, f, g
         hh_t = hh.transpose(1, 2).contiguous()  # (D, P, 4C)
         proj_t = weight_proj.transpose(1, 2).contiguous()  # (D, C, P)
-        # (D, N, 4C) x W_ih^T + bias of every step; each step adds its recurrent product in place, then activates
-        gates = torch.baddbmm(b.unsqueeze(1), x, ih.transpose(1, 2))
+        # (D, N, 4C) x W_ih^T + bias of every step; each step adds its recurrent product in place, then activates.
+        # The bias is added after the product: baddbmm first copies the broadcast bias into the whole output
+        gates = torch.bmm(x, ih.transpose(1, 2)).add_(b.unsqueeze(1))
         memory = x.new_empty(layers, total, cells)  # c_t after its clip
         memory_raw = torch.empty_like(memory) if cell_clip else None  # c_t before it
         tanh_memory = torch.empty_like(memory)
