@@ -86,9 +86,9 @@ def test_file_system_errors_are_one_line_and_exit_1(monkeypatch, capsys, tmp_pat
     (tmp_path / "afile").write_text("x")
     (tmp_path / "v.txt").write_text("<S>\n</S>\n<UNK>\nx\n")
     assert main(["train", str(tmp_path / "afile"), "--vocab", str(tmp_path / "v.txt"), "--out",
-                 str(tmp_path / "afile" / "run")]) == 1
+                 str(tmp_path / "afile" / "run")]) == 2  # the output folder cannot be made: a usage error
     err = capsys.readouterr().err
-    assert "afile" in err and "is a file, where the folder" in err and len(err.splitlines()) == 1
+    assert "afile" in err and "is a file, not a folder" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("bug", [ValueError("a plain ValueError"), ZeroDivisionError("division by zero"),

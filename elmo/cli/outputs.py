@@ -9,7 +9,7 @@ from pathlib import Path
 
 from elmo.cli.common import STDIO, CommandLineError
 from elmo.errors import ElmoError
-from elmo.io.atomic import NotAFileError, same_file, writable_file
+from elmo.io.atomic import NotAFileError, file_in_the_way, same_file, writable_file
 from elmo.io.checkpoint import CHECKPOINT_FILES, is_checkpoint, list_checkpoints
 from elmo.io.native import LEGACY_TOKENIZER_NAME
 from elmo.io.resolve import resolve_path
@@ -93,3 +93,5 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
             if folder_names and Path(name).name in folder_names and same_file(Path(name).parent, output):
                 raise CommandLineError(f"{output}: writing {Path(name).name} there would overwrite the input "
                                        f"{name}: give another folder")
+        if folder_names is not None and (blocked := file_in_the_way(output)):  # before anything is loaded
+            raise CommandLineError(blocked)

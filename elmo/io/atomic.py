@@ -108,10 +108,20 @@ def make_folders(folder: str | Path) -> list[Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
-        raise NotAFileError(f"{blocking}: is a file, where the folder {folder} needs a folder: move it away or give "
-                            f"another folder") from None
+        raise NotAFileError(file_in_the_way(folder)) from None
     return missing
+
+
+def file_in_the_way(folder: str | Path) -> str | None:
+    """Why the folder ``folder`` cannot be made, or None: it, or one of the folders above it, is something else
+    than a folder (a file). One line naming both."""
+    folder = Path(folder)
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is None:
+        return None
+    if blocking == folder:
+        return f"{folder}: is a file, where a folder is to be written: move it away or give another folder"
+    return f"{folder}: cannot be made, as {blocking} is a file, not a folder: move it away or give another folder"
 
 
 def remove_empty(made: list[Path]) -> None:

@@ -81,7 +81,7 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
             _check_sizes(archive, members.values(), root)
             root.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(root, f".{target.name[:16]}.")  # an earlier unpacking of it killed midway
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name[:16]}.", suffix=".tmp", dir=root))
+            tmp = _temporary_folder(root, f".{target.name[:16]}.", archive)
             try:
                 for name, info in members.items():
                     _extract(archive, z, info, tmp / name)
@@ -103,6 +103,17 @@ def unpack_nlpl_zip(archive: str | Path) -> Path:
         raise ModelFileError(f"{archive}: cannot unpack ({err}); unzip it yourself and give the folder") from None
     log.info("unpacked %s into %s", archive, target)
     return target
+
+
+def _temporary_folder(root: Path, prefix: str, archive: Path) -> Path:
+    """A new temporary folder in ``root`` to unpack ``archive`` into. One that cannot be made is an error naming
+    ``root`` and what to do, not the random name it would have had."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=root))
+    except OSError as err:
+        why = (f"cannot unpack {archive.name} there ({err.strerror}): set ELMO_CACHE to a folder you can write, or "
+               f"unzip it yourself and give the folder")
+        raise type(err)(err.errno, why, str(root)) from None
 
 
 def unpacked_root() -> Path:

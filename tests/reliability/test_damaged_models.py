@@ -174,6 +174,24 @@ def test_a_damaged_nlpl_zip_is_refused_naming_it_and_nothing_is_kept(tmp_path, c
     assert not any(p.is_file() for p in (tmp_path / "cache").rglob("*"))
 
 
+def test_a_cache_where_the_zip_cannot_be_unpacked_is_named_not_the_temporary_folder(tmp_path, capsys, monkeypatch):
+    """The unpacking folder cannot be made (read-only cache, as a non-root user would meet): one line naming the
+    cache folder and the way out, not the random name of the temporary folder that was never made."""
+    import tempfile
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    archive = _nlpl_zip(tmp_path / "model.zip")
+
+    def refused(prefix, suffix, dir):  # what mkdtemp raises in a folder the user may not write
+        raise PermissionError(13, "Permission denied", os.path.join(dir, f"{prefix}k3j9x2ab{suffix}"))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    rc, err = cli(capsys, "info", "--model", archive)
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+    assert str(tmp_path / "cache" / "nlpl") in err and "Permission denied" in err and "ELMO_CACHE" in err
+    assert "k3j9x2ab" not in err and ".tmp" not in err
+
+
 def test_a_url_as_the_model_says_so(capsys):
     rc, err = cli(capsys, "info", "--model", "https://example.com/elmo/model.zip")
     assert rc == 1 and "https://example.com/elmo/model.zip: a URL" in err

@@ -76,6 +76,31 @@ def test_an_output_that_is_not_a_regular_file_is_refused(place, capsys, kind):
     assert (target.is_fifo() if kind == "fifo" else target.is_dir())  # still what it was
 
 
+FOLDER_WRITERS = {
+    "convert": lambda t, out: ["convert", "--model", t / "model", "--to", "official", out],
+    "export": lambda t, out: ["export", t / "run", out],
+    "train": lambda t, out: ["train", t / "corpus.txt", "--vocab", t / "vocab.txt", "--config", "tiny", "--out", out],
+    "task train": lambda t, out: ["task", "train", "pos", "--train", t / "corpus.txt", "--dev", t / "corpus.txt",
+                                  "--model", t / "model", "--out", out],
+}
+
+
+@pytest.mark.parametrize("where", ["the folder itself", "a folder above it"])
+@pytest.mark.parametrize("command", sorted(FOLDER_WRITERS))
+def test_a_folder_output_where_a_file_stands_is_one_usage_line_naming_both(place, capsys, command, where):
+    """A command that writes a folder, given a file's name or a path through a file: exit 2 before anything is
+    loaded, one line naming the output and the file in the way; the file as it was."""
+    (place / "run").mkdir()
+    blocking = place / "a-file"
+    blocking.write_text("the user's\n")
+    output = blocking if where == "the folder itself" else blocking / "sub" / "out"
+    rc, err = cli(capsys, *FOLDER_WRITERS[command](place, output))
+    assert rc == 2
+    line = one_error_line(err, str(output), "is a file")
+    assert line.count(str(blocking)) == (1 if output == blocking else 2)  # named once as the output, once as the file
+    assert blocking.read_text() == "the user's\n"
+
+
 def test_an_output_through_a_symbolic_link_writes_its_target_and_keeps_the_link(place, capsys):
     target, link = place / "out.hdf5", place / "link.hdf5"
     target.write_bytes(b"old")
