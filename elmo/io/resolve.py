@@ -53,8 +53,8 @@ def read_resolved(model: str | Path | None, read: Callable[[ModelFiles], T], opt
     """``read(resolve(model, options, weights))`` (``files``: what ``resolve`` gave a moment ago, read first). A run
     folder means its newest checkpoint; a run still training there with ``keep_checkpoints = 1`` deletes that one
     once it has saved the next, maybe while it is read: then the new newest is read (up to NEWEST_TRIES times),
-    rather than failing on a file that was there a moment ago. (A prune inside ``resolve`` itself, between listing
-    the checkpoints and reading the newest one's config, is not retried: a window of microseconds.)"""
+    rather than failing on a file that was there a moment ago (``resolve`` itself lists the checkpoints again when
+    the newest is gone between its listing and its check)."""
     for tries in range(1, NEWEST_TRIES + 1):
         files = files if files is not None and tries == 1 else resolve(model, options, weights)
         try:
@@ -95,12 +95,7 @@ def resolve_path(model: str | Path) -> ModelFiles:
     if is_model_dir(root):
         return ModelFiles.of_folder(root)
     if found := list_checkpoints(root):  # a training run folder: its newest checkpoint
-        if not is_model_dir(found[-1]):
-            missing = next(name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (found[-1] / name).is_file())
-            older = f" ({found[-2].name} is the one before it)" if len(found) > 1 else ""
-            raise ModelFileError(f"{found[-1] / missing}: missing from the run's newest checkpoint; give an older "
-                                 f"checkpoint folder itself{older}, or move the damaged one out of the run")
-        return ModelFiles.of_folder(named_as_its_step(found[-1]))
+        return ModelFiles.of_folder(named_as_its_step(_newest_whole(root, found)))
     pair = official_pair(root)
     if pair == (root / nlpl.OPTIONS_NAME, root / nlpl.WEIGHTS_NAME):
         return _nlpl_files(root)
@@ -109,6 +104,23 @@ def resolve_path(model: str | Path) -> ModelFiles:
     shadowed = (f"; a local {root} shadows the model name {str(model)!r}: run elsewhere or rename the folder to use "
                 f"the named model" if str(model) in pretrained.known_names() else "")
     raise ModelFileError(f"{root}: not a model directory; looked for {LOOKED_FOR}{shadowed}")
+
+
+def _newest_whole(root: Path, found: list[Path]) -> Path:
+    """The newest of a run folder's checkpoints (``found``: its listing), holding its model. A run training there
+    with ``keep_checkpoints = 1`` deletes it once it has saved the next, maybe right after the listing: the listing
+    is then taken again (up to NEWEST_TRIES times). A newest checkpoint with a file missing and none newer is named."""
+    for _ in range(NEWEST_TRIES):
+        if is_model_dir(found[-1]):
+            return found[-1]
+        again = list_checkpoints(root)
+        if not again or checkpoint_step(again[-1]) <= checkpoint_step(found[-1]):  # none newer: damaged, not pruned
+            break
+        found = again
+    missing = next((name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (found[-1] / name).is_file()), CONFIG_NAME)
+    older = f" ({found[-2].name} is the one before it)" if len(found) > 1 else ""
+    raise ModelFileError(f"{found[-1] / missing}: missing from the run's newest checkpoint; give an older checkpoint "
+                         f"folder itself{older}, or move the damaged one out of the run")
 
 
 def reference(model: str | Path | None) -> str:

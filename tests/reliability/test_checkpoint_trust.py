@@ -195,6 +195,40 @@ def test_loading_a_run_whose_newest_checkpoint_is_pruned_meanwhile_loads_the_nex
     assert all(torch.equal(bilm.state_dict()[k], newest[k]) for k in newest)
 
 
+@pytest.mark.parametrize("reader", ["resolve", "load_bilm"])
+def test_a_newest_checkpoint_pruned_between_the_listing_and_its_check_gives_the_next(run, tmp_path, monkeypatch,
+                                                                                    reader):
+    """The prune lands inside the resolving itself: the checkpoints were listed, then the run saved the next step
+    and deleted the newest before its files were checked. The next is taken, not an error naming a missing file."""
+    import elmo.io.resolve as resolve_module
+    from elmo.io.load import load_bilm
+
+    text, vocab, folder = _copy(run, tmp_path)
+    newest = list_checkpoints(folder)[-1]
+    following = folder / f"step-{int(newest.name.split('-')[1]) + 1:08d}"
+    real, calls = resolve_module.list_checkpoints, []
+
+    def list_then_prune(root):
+        found = real(root)
+        if not calls:  # the first listing: the run saves the next step and prunes the one listed as newest
+            calls.append(root)
+            shutil.copytree(newest, following)
+            weights = {k: v + 1 if v.is_floating_point() else v
+                       for k, v in load_file(str(following / "model.safetensors")).items()}
+            save_file(weights, str(following / "model.safetensors"))
+            record = json.loads((following / "trainer.json").read_text())
+            (following / "trainer.json").write_text(json.dumps(record | {"step": record["step"] + 1}))
+            shutil.rmtree(newest)
+        return found
+
+    monkeypatch.setattr(resolve_module, "list_checkpoints", list_then_prune)
+    if reader == "resolve":
+        assert resolve_module.resolve(folder).folder == following
+    else:
+        state = load_bilm(folder).state_dict()
+        assert all(torch.equal(state[k], v) for k, v in load_file(str(following / "model.safetensors")).items())
+
+
 def test_a_newest_checkpoint_deleted_without_a_next_is_still_one_line(run, tmp_path, capsys, monkeypatch):
     text, vocab, folder = _copy(run, tmp_path)
     _pruned_while_read(monkeypatch, folder, save_next=False)
