@@ -120,8 +120,8 @@ def file_in_the_way(folder: str | Path) -> str | None:
     if blocking is None:
         return None
     if blocking == folder:
-        return f"{folder}: is a file, where a folder is to be written: move it away or give another folder"
-    return f"{folder}: cannot be made, as {blocking} is a file, not a folder: move it away or give another folder"
+        return f"{folder}: is a file, where a folder is to be written: give a folder's path, or move the file away"
+    return f"{folder}: cannot be made, as {blocking} is a file, not a folder: give another folder, or move the file away"
 
 
 def remove_empty(made: list[Path]) -> None:

@@ -26,7 +26,7 @@ from elmo.io.resolve import resolve
 from elmo.io.work_folder import file_sha256
 from elmo.limits import is_digits
 from elmo.training.checkpoint import Checkpoint, load_checkpoint
-from elmo.training.config import TrainConfig
+from elmo.training.config import RUN_SETTINGS, TrainConfig
 from elmo.training.init_from import DEFAULT_FREEZE_STEPS, StartingWeights, has_softmax, starting_weights
 
 
@@ -207,13 +207,35 @@ def resumed_settings(checkpoint: Checkpoint, config: TrainConfig, vocab: Vocabul
     given, and its stopping limits: a setting the checkpoint fixes is then refused, not silently dropped."""
     saved = TrainConfig.from_checkpoint(checkpoint.train_config, source=str(checkpoint.path))
     if given is None:
-        defaults = TrainConfig()
-        given = {f.name: getattr(config, f.name) for f in fields(config)
-                 if f.name != "model" and getattr(config, f.name) != getattr(defaults, f.name)}
-        given |= {"max_steps": config.max_steps, "max_minutes": config.max_minutes}
+        given = _set_apart_from_defaults(config, saved, checkpoint)
     config = saved.resumed(given)
     check_same_vocabulary(vocab, checkpoint.vocab, checkpoint.path)
     return config.replace(model=checkpoint.bilm.config), checkpoint.vocab
+
+
+def _set_apart_from_defaults(config: TrainConfig, saved: TrainConfig, checkpoint: Checkpoint) -> dict:
+    """What a ``TrainConfig`` given to resume from Python asks for: the settings it sets apart from the defaults,
+    and its stopping limits (a setting the checkpoint fixes is then refused by ``TrainConfig.resumed``). A config
+    cannot say which of its default values were meant: where one differs from the run's fixed settings (a default
+    ``TrainConfig()`` resuming a ``tiny`` run), the run's is kept with a warning naming them; model sizes other than
+    the default and the run's are refused, as a changed setting is."""
+    defaults = TrainConfig()
+    given = {f.name: getattr(config, f.name) for f in fields(config)
+             if f.name != "model" and getattr(config, f.name) != getattr(defaults, f.name)}
+    given |= {"max_steps": config.max_steps, "max_minutes": config.max_minutes}
+    if config.model != checkpoint.bilm.config and config.model != defaults.model:
+        raise UsageError(f"{checkpoint.path}: the config's model sizes differ from the run's, and a resumed run "
+                         f"continues the model it trained: give the run's sizes (or the default ElmoConfig()), or "
+                         f"start a new run from its weights with init_from=")
+    kept = [f"{f.name} {getattr(saved, f.name)!r} (the config has {getattr(config, f.name)!r}, the default)"
+            for f in fields(config) if f.name not in ("model", "freeze_bilm_steps", *RUN_SETTINGS)  # None: the run's
+            and f.name not in given and getattr(config, f.name) != getattr(saved, f.name)]
+    if config.model != checkpoint.bilm.config:
+        kept.append("model sizes (the config has the default ElmoConfig())")
+    if kept:
+        warnings.warn(f"{checkpoint.path}: resuming keeps the run's own {'; '.join(kept)}: a resumed run continues "
+                      f"exactly as it trained", stacklevel=4)
+    return given
 
 
 def check_tokenizer_function(checkpoint: Checkpoint | None, tokenizer: Callable[[str], list[str]] | None,

@@ -263,6 +263,30 @@ def test_a_resumed_trainer_applies_or_refuses_the_settings_its_config_sets(texts
     resumed.close()
 
 
+def test_a_resumed_trainer_says_which_default_values_of_its_config_it_does_not_apply(texts, tmp_path):
+    """A config cannot say which of its default values were meant: ``TrainConfig(max_steps=2)`` resuming a run of
+    other sizes and batches kept the run's without a word. The run still continues exactly as it trained, and a
+    warning names what the config held otherwise; model sizes that are neither the run's nor the default are refused
+    (they were dropped silently)."""
+    train, vocab = texts
+    run = tmp_path / "run"
+    config = micro_train_config(max_steps=1)
+    Trainer(config, [train], run, vocab=vocab, progress=False).train()
+    with pytest.warns(UserWarning) as caught:
+        resumed = Trainer(TrainConfig(max_steps=2), [train], run, resume=run, progress=False)
+    message = " ".join(str(w.message) for w in caught)
+    assert "batch_size 4 (the config has 128, the default)" in message and "model sizes" in message, message
+    assert resumed.config.batch_size == config.batch_size and resumed.config.model == config.model
+    resumed.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the run's own settings given: nothing to say
+        Trainer(config.replace(max_steps=2), [train], run, resume=run, progress=False).close()
+    other = dataclasses.replace(config.model, lstm=dataclasses.replace(config.model.lstm, dim=64))
+    with pytest.raises(ElmoError) as err:
+        Trainer(config.replace(max_steps=2, model=other), [train], run, resume=run, progress=False)
+    one_line(err, "model sizes differ from the run's", "init_from=")
+
+
 def test_a_run_split_by_a_tokenizer_function_resumes_only_with_one(texts, tmp_path, recwarn):
     """A function given as the tokenizer is not recorded: a resume without it split the rest of the text another
     way (0.83 of the targets <UNK> after it) with no word."""
