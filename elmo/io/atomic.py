@@ -121,7 +121,8 @@ def file_in_the_way(folder: str | Path) -> str | None:
         return None
     if blocking == folder:
         return f"{folder}: is a file, where a folder is to be written: give a folder's path, or move the file away"
-    return f"{folder}: cannot be made, as {blocking} is a file, not a folder: give another folder, or move the file away"
+    return (f"{folder}: cannot be made, as {blocking} is a file, not a folder: give another folder, or move the file "
+            f"away")
 
 
 def remove_empty(made: list[Path]) -> None:
