@@ -28,6 +28,10 @@ def main() -> None:
     if trainer.env.rank == 1:
         time.sleep(late)  # this rank's clock starts later: --max-minutes runs out for rank 0 first
     losses = [m["loss"] for m in trainer.train()]
+    if "AGAIN" in os.environ:  # a second Trainer in the same processes: it joins a new group and resumes the run
+        trainer = Trainer(config.replace(max_steps=steps + int(os.environ["AGAIN"])), [train], out / "run",
+                          resume=out / "run", progress=False)
+        losses += [m["loss"] for m in trainer.train()]
     rank = trainer.env.rank
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(out / f"rank{rank}.safetensors"))
     (out / f"rank{rank}.json").write_text(json.dumps(losses))

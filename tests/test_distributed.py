@@ -59,3 +59,21 @@ def test_processes_stop_together_on_max_minutes_even_when_one_starts_late(text_s
     # sampled softmax here: each rank drew its own negatives (as each bilm-tf tower), and saved its own generator
     state = load_file(str(next((tmp_path / "run").glob("step-*/state.safetensors"))))
     assert not torch.equal(state["r0.sampler_rng"], state["r1.sampler_rng"])
+
+
+@pytest.mark.slow
+def test_two_trainers_in_turn_in_the_same_processes_resume_together(text_slices, tmp_path):
+    """A script under torchrun that trains, then builds a second Trainer resuming the run: the first one closed
+    the process group it made, the second makes a new one, and both ranks go on from the same checkpoint to the
+    same weights."""
+    train, _, vocab = text_slices
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                    str(WORKER), str(train), str(vocab), str(tmp_path), "3", "4"], check=True, timeout=300,
+                   capture_output=True, env={**os.environ, "AGAIN": "3"})
+    losses = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert len(losses[0]) == 7 and losses[0] == losses[1]
+    rank0, rank1 = load_file(str(tmp_path / "rank0.safetensors")), load_file(str(tmp_path / "rank1.safetensors"))
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    assert [(tmp_path / f"rank{r}.group").read_text() for r in range(2)] == ["False", "False"]
+    assert json.loads((tmp_path / "run" / "step-00000007" / "trainer.json").read_text())["step"] == 7
+

@@ -7,6 +7,7 @@ and a run from weights takes the source's model sizes, tokenizer and vocabulary.
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from dataclasses import dataclass, fields, replace
@@ -53,6 +54,22 @@ class Distributed:
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+
+_GROUPS_MADE = itertools.count()  # default process groups this process has made (every rank makes them in turn)
+
+
+def make_process_group(env: Distributed, device: torch.device) -> None:
+    """Join the other processes torchrun started in a new default process group (gloo, or NCCL on a GPU).
+
+    Each group this process makes keeps its keys in torchrun's store under a prefix of its own: a second group
+    (a second Trainer in the same script, after the first closed its group) would otherwise be named as the first
+    and meet its keys, still in the store, and one rank could connect to the other's closed address and the two
+    wait for each other forever."""
+    store, _, _ = next(dist.rendezvous("env://", env.rank, env.world))
+    store = dist.PrefixStore(f"elmo-group-{next(_GROUPS_MADE)}", store)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=env.rank,
+                            world_size=env.world)
 
 
 def _whole_from_env(name: str, default: int) -> int:

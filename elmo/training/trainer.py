@@ -38,8 +38,8 @@ from elmo.training.init_from import StartingWeights
 from elmo.training.lm import LanguageModel
 from elmo.training.metrics_log import drop_metrics_after
 from elmo.training.row_gradients import RowGradients, adagrad_rows, clip_with_rows
-from elmo.training.run_start import (Distributed, check_tokenizer_function, run_device, settle_run,
-                                     training_files, training_text, warn_if_mostly_unknown)
+from elmo.training.run_start import (Distributed, check_tokenizer_function, make_process_group, run_device,
+                                     settle_run, training_files, training_text, warn_if_mostly_unknown)
 from elmo.training.softmax import LogUniformSampler, check_softmax_size
 from elmo.training.zero_starts import zero_some_sentence_starts
 
@@ -129,7 +129,7 @@ class Trainer:
         self.device = run_device(device, self.env)  # checked: a device this machine runs on
         self._own_group = self.env.world > 1 and not dist.is_initialized()  # a caller's own group stays the caller's
         if self._own_group:
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            make_process_group(self.env, self.device)
 
     def _build_model(self, checkpoint: Checkpoint | None, start: StartingWeights | None) -> None:
         """The language model, its weights from the checkpoint or the starting weights (else random), on the device."""
@@ -364,7 +364,7 @@ class Trainer:
         return metrics, bool(values[-2] > 0 or values[-1] > 0)
 
     def save(self) -> Path | None:
-        """Checkpoint every rank's state (gathered to rank 0, which writes it)."""
+        """Checkpoint every rank's state (gathered to rank 0, which writes it); every rank returns once it exists."""
         self._check_open()
         rank_state = {
             "data": data_positions_to_save([b.state_dict() for b in self.batchers], self.env.rank),
@@ -374,18 +374,17 @@ class Trainer:
                        | ({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {})
                        | {"sampler_rng": self.sampler.state()},
         }
-        gathered = [rank_state]
+        gathered = [rank_state] if self.env.world == 1 else [None] * self.env.world
         if self.env.world > 1:
-            gathered = [None] * self.env.world
             dist.all_gather_object(gathered, rank_state)
-        if not self.env.main:
-            return None
+        if not self.env.main:  # None, once rank 0 has written it: a script's next step may read it (resume, export)
+            return dist.barrier()
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
                    "files": self.files, "file_sizes": self.text.sizes, "file_hashes": self.text.hashes,
                    "data": [s["data"] for s in gathered], "tokenizer_function": self._tokenizer_function}
         try:
-            return save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
+            path = save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
                                    self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
                                    keep=self.config.keep_checkpoints)
         except Exception as err:  # an OSError, or a writer's own error for a full disk (safetensors)
@@ -396,3 +395,6 @@ class Trainer:
             reason = " ".join(str(getattr(err, "strerror", None) or err).split())[:200]
             raise DiskWriteError(f"checkpoint at step {self.step} not written to {self.out_dir} ({reason}); "
                                  f"{kept}") from None
+        if self.env.world > 1:  # a failed write raised above: the others wait until torchrun ends them
+            dist.barrier()
+        return path
