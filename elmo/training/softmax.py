@@ -9,6 +9,7 @@ vocabulary must be sorted by frequency); every logit has the log of its candidat
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
