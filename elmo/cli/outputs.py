@@ -9,7 +9,7 @@ from pathlib import Path
 
 from elmo.cli.common import STDIO, CommandLineError
 from elmo.errors import ElmoError
-from elmo.io.atomic import NotAFileError, file_in_the_way, same_file, writable_file
+from elmo.io.atomic import NotAFileError, blocking_file, file_in_the_way, same_file, writable_file
 from elmo.io.checkpoint import CHECKPOINT_FILES, is_checkpoint, list_checkpoints
 from elmo.io.native import LEGACY_TOKENIZER_NAME
 from elmo.io.resolve import resolve_path
@@ -67,7 +67,10 @@ def _model_files(folder: Path) -> list[Path]:
 
 
 def check_outputs(args: argparse.Namespace, command: str) -> None:
-    """Refuse an output that is (or links to) an input, or a folder output that would overwrite an input in it."""
+    """Refuse an output that is (or links to) an input, a folder output that would overwrite an input in it, and
+    an output (or a feature cache folder) that cannot be made because a file stands where a folder must be."""
+    if isinstance(cache := getattr(args, "cache", None), str) and (blocked := file_in_the_way(cache)):
+        raise CommandLineError(blocked)  # the feature cache of `task` and `probe`: a folder
     if command not in WRITERS:
         return
     outputs, inputs, folder_names = WRITERS[command]
@@ -80,6 +83,9 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
             raise CommandLineError(f"{output}: ends with a slash, a folder's name; give the output file's name")
         if folder_names is None and Path(output).is_dir():  # the same mistake without the slash: the same exit 2
             raise CommandLineError(f"{output}: is a folder; give the output file's name (a file in it, or elsewhere)")
+        if folder_names is None and (blocking := blocking_file(Path(output).parent)) is not None:
+            raise CommandLineError(f"{output}: cannot be written, as {blocking} is a file, not a folder: give another "
+                                   f"path for the output")
         if folder_names is None and not Path(output).is_dir():  # a file output: no device or pipe (a folder: below)
             try:
                 writable_file(output)

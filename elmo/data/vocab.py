@@ -26,19 +26,25 @@ class VocabError(ElmoError, ValueError):
 
 
 def read_words(path: str | Path) -> list[str]:
-    """One word per line (plain or gzip; blank lines skipped); a repeated word or a line that is not UTF-8 is an
-    error naming the line."""
+    """One word per line (plain or gzip; blank lines after the last word ignored); a repeated word, a blank line
+    between words or a line that is not UTF-8 is an error naming the line. Line i is word i (its softmax row, or its
+    row of ``dump_token_embeddings``): skipping a blank line inside would give every later word the row of the line
+    before it. Spaces around a word are not part of it (as bilm-tf reads vocabularies)."""
     path = Path(path)
     if path.is_dir():
         example = "" if path.name == "vocab.txt" else f" (e.g. {path / 'vocab.txt'})"
         raise VocabError(f"{path}: is a folder, where a vocabulary file (one word per line) is expected; give the "
                          f"file{example}")
-    words, seen = [], {}
+    words, seen, blank = [], {}, None  # blank: the first blank line since the last word
     try:
         for number, line in numbered_lines(path):
             word = line.strip()
             if not word:
+                blank = blank or number
                 continue
+            if blank is not None:
+                raise VocabError(f"{path}, line {blank}: blank, before the word of line {number}; line i is word i "
+                                 f"(its row), so a blank line would shift every word after it: remove the line")
             if "\r" in word:
                 raise VocabError(f"{path}, line {number}: a carriage return inside the line (old Mac line endings?); "
                                  f"save the file with one word per line and \\n line endings")

@@ -112,11 +112,17 @@ def make_folders(folder: str | Path) -> list[Path]:
     return missing
 
 
+def blocking_file(folder: str | Path) -> Path | None:
+    """``folder`` or the first of the folders above it that exists and is not a folder (a file), or None."""
+    folder = Path(folder)
+    return next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+
+
 def file_in_the_way(folder: str | Path) -> str | None:
     """Why the folder ``folder`` cannot be made, or None: it, or one of the folders above it, is something else
     than a folder (a file). One line naming both."""
     folder = Path(folder)
-    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    blocking = blocking_file(folder)
     if blocking is None:
         return None
     if blocking == folder:

@@ -101,6 +101,27 @@ def test_a_folder_output_where_a_file_stands_is_one_usage_line_naming_both(place
     assert blocking.read_text() == "the user's\n"
 
 
+FILE_WRITERS = {
+    "embed": lambda t, out: ["embed", t / "corpus.txt", out, "--top", "--model", t / "model"],
+    "plot": lambda t, out: ["plot", "w1", "--sentences", t / "corpus.txt", "--out", out, "--model", t / "model"],
+    "dump-token-embeddings": lambda t, out: ["dump-token-embeddings", t / "vocab.txt", out, "--model", t / "model"],
+    "task eval --cache": lambda t, out: ["task", "eval", t / "no-task", "--data", t / "corpus.txt", "--cache", out],
+}
+
+
+@pytest.mark.parametrize("command", sorted(FILE_WRITERS))
+def test_an_output_file_under_a_file_is_one_usage_line_before_any_work(place, capsys, command):
+    """``plot --out notes.txt/x.png``: it failed only when writing, after the model was loaded and the text
+    embedded, with exit 1 and "File exists"; the same for a feature cache folder under a file."""
+    blocking = place / "a-file"
+    blocking.write_text("the user's\n")
+    suffix = "" if "cache" in command else ".png" if command == "plot" else ".hdf5"
+    rc, err = cli(capsys, *FILE_WRITERS[command](place, blocking / f"out{suffix}"))
+    assert rc == 2
+    one_error_line(err, str(blocking / f"out{suffix}"), f"{blocking} is a file")
+    assert blocking.read_text() == "the user's\n"
+
+
 def test_an_output_through_a_symbolic_link_writes_its_target_and_keeps_the_link(place, capsys):
     target, link = place / "out.hdf5", place / "link.hdf5"
     target.write_bytes(b"old")

@@ -231,3 +231,19 @@ def test_score_and_substitutes_split_as_the_models_text_was(capsys, texts, en_ru
     assert main(["substitutes", str(en_run), "w1, w2.", "3", "-k", "1"]) == 0  # 4 tokens: 0..3
     assert main(["substitutes", str(en_run), "w1, w2.", "4"]) == 2
     assert "0..3: 4 tokens: w1 , w2 ." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lines, blank", [(["a", "b", "", "c"], 3), (["", "a", "b"], 1)])
+def test_a_blank_line_among_the_words_of_a_vocabulary_is_refused_naming_it(tmp_path, capsys, lines, blank):
+    """Line i is word i: `dump-token-embeddings` skipped a blank line and wrote 3 rows, the third the vector of line
+    4's word (a softmax vocabulary shifts alike). Blank lines after the last word stay harmless."""
+    from tests.reliability.tiny import tiny_model
+
+    model = tiny_model(tmp_path / "model")
+    (tmp_path / "v.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rc, err = cli(capsys, "dump-token-embeddings", tmp_path / "v.txt", tmp_path / "out.hdf5", "--model", model)
+    assert rc == 1 and not (tmp_path / "out.hdf5").exists()
+    one_error_line(err, f"v.txt, line {blank}: blank")
+    (tmp_path / "v.txt").write_text("a\nb\nc\n\n\n", encoding="utf-8")
+    rc, err = cli(capsys, "dump-token-embeddings", tmp_path / "v.txt", tmp_path / "out.hdf5", "--model", model)
+    assert rc == 0, err
