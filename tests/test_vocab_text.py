@@ -41,7 +41,9 @@ def test_vocabulary_files_are_read_like_every_text_file(tmp_path):
     with pytest.raises(VocabError, match="line 4: not valid UTF-8"):
         Vocabulary.load(tmp_path / "bad.txt")
     (tmp_path / "plain.txt").write_text("\ufeffthe\n\nbank\n", encoding="utf-8")
-    assert read_words(tmp_path / "plain.txt") == ["the", "bank"]  # a plain word list (--cache-vocab)
+    assert read_words(tmp_path / "plain.txt", rows=False) == ["the", "bank"]  # a plain word list (--cache-vocab)
+    with pytest.raises(VocabError, match="line 2: blank"):  # a vocabulary: line i is word i
+        read_words(tmp_path / "plain.txt")
     (tmp_path / "crlf.txt").write_bytes(b"the\r\nbank\r\n")
     assert read_words(tmp_path / "crlf.txt") == ["the", "bank"]
     (tmp_path / "cr.txt").write_bytes(b"the\rbank\r")  # old Mac line endings: not one word "the\rbank"

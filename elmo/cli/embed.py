@@ -34,7 +34,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
     keep_freed_memory()  # this process only: each LSTM step reuses the last one's memory (elmo/memory.py)
     model = load_model(args, stateful=args.stateful)
     engine = InferenceEngine.build(model, "bf16" if args.bf16 else "int8" if args.int8 else "fp32",
-                                   read_words(args.cache_vocab) if args.cache_vocab else None, args.device)
+                                   read_words(args.cache_vocab, rows=False) if args.cache_vocab else None, args.device)
     n = embed_file(engine, args.stdio.input(args.input), args.output, layers=layers,
                    batch_size=args.batch_size, forget_sentences=args.forget_sentences,
                    use_sentence_keys=args.use_sentence_keys, errors=args.errors, progress=not args.quiet,

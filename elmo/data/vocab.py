@@ -25,11 +25,12 @@ class VocabError(ElmoError, ValueError):
     """A vocabulary file that cannot be used (names the file and line)."""
 
 
-def read_words(path: str | Path) -> list[str]:
-    """One word per line (plain or gzip; blank lines after the last word ignored); a repeated word, a blank line
-    between words or a line that is not UTF-8 is an error naming the line. Line i is word i (its softmax row, or its
-    row of ``dump_token_embeddings``): skipping a blank line inside would give every later word the row of the line
-    before it. Spaces around a word are not part of it (as bilm-tf reads vocabularies)."""
+def read_words(path: str | Path, rows: bool = True) -> list[str]:
+    """One word per line (plain or gzip; blank lines after the last word ignored); a repeated word or a line that
+    is not UTF-8 is an error naming the line. ``rows``: line i is word i (its softmax row, or its row of
+    ``dump_token_embeddings``), so a blank line before a word is an error too: skipping it would give every later
+    word the row of the line before it; without (a set of words, ``--cache-vocab``) blank lines are skipped. Spaces
+    around a word are not part of it (as bilm-tf reads vocabularies)."""
     path = Path(path)
     if path.is_dir():
         example = "" if path.name == "vocab.txt" else f" (e.g. {path / 'vocab.txt'})"
@@ -42,7 +43,7 @@ def read_words(path: str | Path) -> list[str]:
             if not word:
                 blank = blank or number
                 continue
-            if blank is not None:
+            if blank is not None and rows:
                 raise VocabError(f"{path}, line {blank}: blank, before the word of line {number}; line i is word i "
                                  f"(its row), so a blank line would shift every word after it: remove the line")
             if "\r" in word:
