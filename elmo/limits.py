@@ -42,6 +42,8 @@ MAX_BATCH_SIZE = 65_536  # sentences per batch (elmo embed), rows per process (e
 MAX_COUNT = 10**12  # steps, sentences, neighbours and other counts
 MAX_LABELS = 100_000  # a task's labels (tags or classes)
 MAX_HEAD_HIDDEN = 8_192  # a task head's BiLSTM size (`elmo task train --hidden`; the default is 128)
+MAX_HEAD_LEARNING_RATE = 1e6  # far beyond any useful rate; near float32's limit Adam's arithmetic overflows
+MAX_WORD_VECTOR_DIM = 65_536  # `elmo probe word2vec --dim` (the default is 256): its matrices are words x dim
 MAX_MINUTES = 10**7  # about 19 years
 
 

@@ -13,7 +13,7 @@ import torch
 from elmo.data.vocab import SPECIALS
 from elmo.errors import UsageError
 from elmo.io.load import load_bilm
-from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES, is_digits
+from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_HEAD_LEARNING_RATE, MAX_MINUTES, is_digits
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 STDIO = "-"  # the name that means standard input (an input) or standard output (an output)
@@ -90,6 +90,15 @@ def positive_number(text: str) -> float:
     value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def learning_rate(text: str) -> float:
+    """An argparse type: a task head's learning rate, > 0 and at most ``MAX_HEAD_LEARNING_RATE`` (near float32's
+    limit Adam's arithmetic overflows: a traceback after the features were computed)."""
+    value = positive_number(text)
+    if value > MAX_HEAD_LEARNING_RATE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_HEAD_LEARNING_RATE:g}, got {text}")
     return value
 
 

@@ -10,6 +10,7 @@ from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.embed import Embedder
 from elmo.io.download import cache_dir
+from elmo.limits import MAX_WORD_VECTOR_DIM
 from elmo.tasks import probes
 from elmo.text.tokenize import get_tokenizer
 
@@ -69,7 +70,7 @@ def add_commands(sub) -> None:
     p.add_argument("files", nargs="+", help="text files or globs (plain or .gz), one sentence per line; - reads "
                                             "standard input")
     p.add_argument("--out", required=True, help="word2vec text file to write; - writes standard output")
-    p.add_argument("--dim", type=count, default=256)
+    p.add_argument("--dim", type=lambda text: count(text, 1, MAX_WORD_VECTOR_DIM), default=256)
     p.add_argument("--epochs", type=count, default=5)
     p.add_argument("--tokenize", default=None, choices=TOKENIZE_CHOICES)
     p.add_argument("--max-sentences", type=count)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from elmo.cli.common import TOKENIZE_CHOICES, CommandLineError, batch_size, count, positive_number, whole
+from elmo.cli.common import TOKENIZE_CHOICES, CommandLineError, batch_size, count, learning_rate, whole
 from elmo.errors import UsageError
 from elmo.io.text_lines import sentence_lines
 from elmo.limits import is_digits
@@ -88,7 +88,7 @@ def _add_task_train(tsub) -> None:
                    help="mix (learned scalar mix, default), token (the context-independent baseline) or a layer number")
     p.add_argument("--epochs", type=count, default=10)
     p.add_argument("--hidden", type=count, default=128, help="BiLSTM size of the head")
-    p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate (default 0.001)")
+    p.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam learning rate (default 0.001)")
     p.add_argument("--batch-size", type=batch_size, default=32)
     p.add_argument("--seed", type=whole, default=0)
     p.add_argument("--max-dev", type=count, help="use only the first N dev examples")

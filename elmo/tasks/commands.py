@@ -16,6 +16,7 @@ from elmo.io.download import cache_dir
 from elmo.io.lock import lock_beside
 from elmo.io.load import load_files
 from elmo.io.resolve import reference, resolve_reference
+from elmo.limits import is_whole
 from elmo.tasks import readers
 from elmo.tasks.features import FeatureCache, cached_features, model_id
 from elmo.tasks.heads import LayerInput
@@ -53,6 +54,8 @@ DEFAULT_TOKENIZE = {"kmou": "whitespace"}
 def check_format(task: str, fmt: str | None) -> str:
     """The format to read ``task``'s data in (``fmt``, or the task's default); one that is unknown or does not fit
     the task (a tagged format for classify, a classification one for a tagger) is a UsageError."""
+    if task not in DEFAULT_FORMAT:
+        raise UsageError(f"unknown task {task!r}: choose one of {', '.join(DEFAULT_FORMAT)}")
     fmt = fmt or DEFAULT_FORMAT[task]
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -65,6 +68,9 @@ def read_examples(task: str, path: str | Path, fmt: str | None = None, max_items
                   ) -> tuple[list, list[str] | list[list[str]], list[int]]:
     """(inputs, gold labels, lines): token lists and tag lists for taggers, raw texts and labels for
     classification; ``lines[i]``: the line of the file example i was read from (0 where the format does not say)."""
+    if max_items is not None and not is_whole(max_items, 1):  # -1 would slice off the last example
+        raise UsageError(f"the number of examples to use must be a whole number of at least 1 (None: all), got "
+                         f"{max_items!r}")
     fmt = check_format(task, fmt)
     items = FORMATS[fmt](path)[:max_items]
     if not items:

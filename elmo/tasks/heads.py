@@ -21,6 +21,9 @@ class LayerInput(nn.Module):
 
     def __init__(self, n_layers: int, mode: str = "mix") -> None:
         super().__init__()
+        if not isinstance(mode, str):
+            raise UsageError(f"input must be 'mix', 'token' or a layer number below {n_layers} as a string, got "
+                             f"{mode!r}")
         layer = 0 if mode == "token" else int(mode) if is_digits(mode) else mode  # "token": the layer-0 baseline
         try:
             self.layer = check_layers(layer, n_layers, names=("mix",))

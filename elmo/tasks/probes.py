@@ -24,7 +24,7 @@ import torch
 from elmo.embed import Embedder
 from elmo.errors import MissingDependencyError, UsageError
 from elmo.io.atomic import atomic_path
-from elmo.limits import is_digits
+from elmo.limits import MAX_WORD_VECTOR_DIM, is_digits, is_whole
 from elmo.tasks import readers
 from elmo.tasks.readers.common import iter_lines
 from elmo.tasks.features import FeatureCache, cached_features
@@ -43,6 +43,8 @@ def train_word2vec(sentences: Iterable[Sequence[str]], out: str | Path, dim: int
     except ImportError:
         raise MissingDependencyError("the static baseline needs gensim: pip install 'elmo-bilm[probe]'") from None
 
+    if not is_whole(dim, 1, MAX_WORD_VECTOR_DIM):  # before gensim allocates words x dim, twice
+        raise UsageError(f"dim must be a whole number from 1 to {MAX_WORD_VECTOR_DIM:,}, got {dim!r}")
     corpus = [list(s) for s in sentences if s]
     counts = Counter(token for sentence in corpus for token in sentence)
     if not any(count >= min_count for count in counts.values()):  # gensim would fail deep inside its training

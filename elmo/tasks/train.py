@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, dataclass, field
+from numbers import Real
 from pathlib import Path
 from typing import Sequence
 
@@ -23,7 +24,8 @@ from elmo.errors import UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.work_folder import file_sha256
 from elmo.io.native import load_state_strict
-from elmo.limits import MAX_HEAD_HIDDEN, MAX_LABELS, MAX_MIX_LAYERS, MAX_READOUT_DIM, is_whole
+from elmo.limits import (MAX_COUNT, MAX_HEAD_HIDDEN, MAX_HEAD_LEARNING_RATE, MAX_LABELS, MAX_MIX_LAYERS,
+                         MAX_READOUT_DIM, is_whole)
 from elmo.tasks.features import FeatureCache
 from elmo.tasks.heads import SequenceTagger, TextClassifier
 from elmo.tasks.readers.tagging import is_bio_tag
@@ -33,14 +35,17 @@ LABELS_KEY = "labels"  # head.safetensors' metadata: the labels of its output ro
 
 
 def check_head_settings(epochs: int, batch_size: int, hidden_dim: int, learning_rate: float) -> None:
-    """One-line errors for settings no head can train with (checked before any embedding work starts)."""
+    """One-line errors for settings no head can train with (checked before any embedding work starts), also from
+    Python: a fractional epoch count or an infinite learning rate failed deep in torch, or saved a head of NaN."""
     for name, value in (("epochs", epochs), ("batch size", batch_size), ("hidden size", hidden_dim)):
-        if value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
+        if not is_whole(value, 1, MAX_COUNT):
+            raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
     if hidden_dim > MAX_HEAD_HIDDEN:  # before the head's matrices are allocated
         raise UsageError(f"hidden size {hidden_dim:,} is above the limit of {MAX_HEAD_HIDDEN:,}")
-    if not learning_rate > 0:
-        raise UsageError(f"learning rate must be positive, got {learning_rate}")
+    if (isinstance(learning_rate, bool) or not isinstance(learning_rate, Real)
+            or not 0 < learning_rate <= MAX_HEAD_LEARNING_RATE):  # NaN fails both comparisons
+        raise UsageError(f"learning rate must be a number above 0 and at most {MAX_HEAD_LEARNING_RATE:g}, got "
+                         f"{learning_rate!r}")
 
 
 @dataclass

@@ -153,3 +153,25 @@ def test_embedder_from_pretrained_refuses_stateful_naming_where_it_belongs(model
     """Embedder sorts sentences into batches: a stateful biLM would give each sentence its neighbours' state."""
     with pytest.raises(ElmoError, match=r"Elmo.from_pretrained\(\.\.\., stateful=True\)"):
         Embedder.from_pretrained(model, stateful=True)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["task", "train", "ner", "--train", "T", "--dev", "T", "--out", "OUT", "--lr", "1e38"], "argument --lr: must be "
+                                                                                              "at most"),
+    (["probe", "word2vec", "T", "--out", "OUT", "--dim", "1000000000"], "argument --dim: must be at most 65,536"),
+])
+def test_sizes_and_rates_beyond_any_use_are_usage_errors_before_any_work(tmp_path, capsys, args, fragment):
+    """``task train --lr 1e38`` ended in Adam's overflow traceback after the features were computed; ``probe
+    word2vec --dim 1000000000`` asked for 11 GiB of three words' vectors (a traceback, or the machine's memory)."""
+    text = text_file(tmp_path / "t.txt", 4)
+    rc, err = cli(capsys, *[str(text) if a == "T" else str(tmp_path / "out") if a == "OUT" else a for a in args])
+    assert rc == 2 and not (tmp_path / "out").exists()
+    one_error_line(err, fragment)
+
+
+def test_train_word2vec_refuses_a_dimension_beyond_the_limit_before_allocating(tmp_path):
+    from elmo.tasks.probes import train_word2vec
+
+    with pytest.raises(ElmoError, match="dim must be a whole number"):
+        train_word2vec([["a", "b"]] * 4, tmp_path / "v.txt", dim=10**9)
+    assert not (tmp_path / "v.txt").exists()

@@ -238,3 +238,27 @@ def test_task_eval_with_a_format_its_task_cannot_read_is_a_usage_error(task, cap
     out, data, model = task
     rc, err = cli(capsys, "task", "eval", out, "--data", data, "--format", "conllu", "--quiet")
     assert rc == 2 and "does not fit" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"max_items": -1}, "whole number of at least 1"), ({"max_dev": 0}, "whole number of at least 1"),
+    ({"learning_rate": float("inf")}, "learning rate"), ({"learning_rate": float("nan")}, "learning rate"),
+    ({"learning_rate": 1e38}, "at most"), ({"epochs": 2.5}, "epochs must be a whole number"),
+    ({"epochs": True}, "epochs must be a whole number"), ({"input_mode": 1}, "input must be"),
+    ({"task": "NER"}, "unknown task 'NER'"),
+])
+def test_python_task_arguments_that_would_change_the_result_are_one_line(task, tmp_path, change, fragment):
+    """From Python, ``max_items=-1`` dropped the last example (an F1 of another set), ``learning_rate=inf`` saved a
+    head of NaN that no command could load, and a fractional epoch count, an int input mode or "NER" ended in
+    TypeError, AttributeError or KeyError. Each is one ElmoError before any work, and nothing is written."""
+    from elmo.tasks.commands import evaluate_task
+
+    folder, data, model = task
+    arguments = {"task": "classify", "model": str(model), "epochs": 1, "hidden_dim": 8, "cache": tmp_path / "cache",
+                 "progress": False} | change
+    with pytest.raises(ElmoError, match=fragment):
+        train_task(arguments.pop("task"), data, data, tmp_path / "out", **arguments)
+    assert not (tmp_path / "out").exists()
+    if "max_items" in change:
+        with pytest.raises(ElmoError, match=fragment):
+            evaluate_task(folder, data, cache=tmp_path / "cache", max_items=-1, progress=False)
