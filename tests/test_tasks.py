@@ -254,8 +254,11 @@ def test_wsd_probe_breaks_near_ties_by_wordnet_order():
     assert _f1([instance], lambda s, t: ["second%1", "first%1"], senses, read) == 0.0
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "no offsets", "offsets past the vectors"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "no offsets", "offsets past the vectors",
+                                    "89 GiB claimed, none stored", "float32 vectors"])
 def test_a_damaged_feature_cache_is_one_error_naming_it(tmp_path, damage):
+    """Each refused in one line, the sizes before anything is read: a 2 kB file claiming (10^9, 3, 16) unwritten
+    vectors was read whole (a MemoryError traceback asking for 89 GiB, or the machine's memory)."""
     import h5py
 
     from elmo.errors import ElmoError
@@ -265,7 +268,10 @@ def test_a_damaged_feature_cache_is_one_error_naming_it(tmp_path, damage):
     with h5py.File(path, "w") as f:
         if damage != "no offsets":
             f["offsets"] = np.array([0, 2, 9 if damage == "offsets past the vectors" else 5])
-        f["vectors"] = np.zeros((5, 3, 4), dtype=np.float16)
+        if damage == "89 GiB claimed, none stored":
+            f.create_dataset("vectors", shape=(10**9, 3, 16), dtype=np.float16, chunks=(1024, 3, 16))
+        else:
+            f["vectors"] = np.zeros((5, 3, 4), dtype=np.float32 if damage == "float32 vectors" else np.float16)
     if damage == "garbage":
         path.write_bytes(b"\x89HDF\r\n" + bytes(range(256)) * 4)
     elif damage == "truncated":
@@ -277,7 +283,9 @@ def test_a_damaged_feature_cache_is_one_error_naming_it(tmp_path, damage):
 @pytest.mark.parametrize("content,problem", [
     (b"hello world\n", ":1: the header"), (b"", ":1: no word vectors"), (b"2 2\na x y\n", ":2: a value that is not"),
     (b"2 2\na 1 2 3\n", ":2: 3 values, expected 2"), (b"2 2\na \xff 2\n", ":2:"),
-    (b"2 2\na 1 nan\n", ":2: a value that is NaN"), (b"2 2\na 1 2\nb inf 2\n", ":3: a value that is NaN")])
+    (b"2 2\na 1 nan\n", ":2: a value that is NaN"), (b"2 2\na 1 2\nb inf 2\n", ":3: a value that is NaN"),
+    (b"10 2\na 1 2\nb 3 4\n", ":1: the header says 10 words and the file holds 2"),  # cut short: was accepted
+    (b"2 2\na 1 2\na 3 4\n", ":3: the word 'a' again \\(line 2\\)")])  # the last vector was kept in silence
 def test_a_bad_word2vec_file_is_one_error_naming_the_line(tmp_path, content, problem):
     from elmo.errors import ElmoError
     from elmo.tasks.probes import load_word_vectors

@@ -33,8 +33,11 @@ class FeatureCache:
         damaged = f"{self.path}: a damaged feature cache ({{}}); delete it and run again to rebuild it"
         try:
             with h5py.File(self.path, "r") as f:
-                self.offsets = f["offsets"][()]  # (S+1,)
-                self.vectors = f["vectors"][()]  # (N, L+1, D) float16, held in memory: ~1.5 kB per token
+                offsets, vectors = f["offsets"], f["vectors"]
+                if not _sizes_fit(offsets, vectors):  # before reading: a 2 kB file can claim 89 GiB of vectors
+                    raise UsageError(damaged.format("its datasets' sizes do not match what the file holds"))
+                self.offsets = offsets[()]  # (S+1,)
+                self.vectors = vectors[()]  # (N, L+1, D) float16, held in memory: ~1.5 kB per token
         except (OSError, KeyError, ValueError, TypeError) as err:
             raise UsageError(damaged.format(str(err).split("(")[0].strip() or type(err).__name__)) from None
         offsets = self.offsets
@@ -51,6 +54,15 @@ class FeatureCache:
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+
+def _sizes_fit(offsets: h5py.Dataset, vectors: h5py.Dataset) -> bool:
+    """Whether a cache file's datasets have the shapes ``build_features`` writes, every value stored in the file
+    (it writes no compression: an unwritten or claimed-but-absent dataset holds fewer bytes than its shape says),
+    and at most one offset per token and one more."""
+    stored = all(d.id.get_storage_size() >= d.size * d.dtype.itemsize for d in (offsets, vectors))
+    return (stored and vectors.ndim == 3 and vectors.dtype == np.float16 and offsets.ndim == 1
+            and 1 <= offsets.shape[0] <= vectors.shape[0] + 1)
 
 
 def cache_key(model_id: str, token_lists: Sequence[Sequence[str]]) -> str:

@@ -63,17 +63,22 @@ def load_word_vectors(path: str | Path) -> dict[str, np.ndarray]:
     its numbers, a trailing space allowed, as the original C tool writes them)."""
     hint = "give a word2vec text file (a first line 'COUNT DIM', then a word and DIM numbers per line)"
     vectors: dict[str, np.ndarray] = {}
-    dim = 0
+    dim = count = 0
+    lines_of: dict[str, int] = {}
     for number, line in iter_lines(path):  # line by line: a bad byte is an error naming its line
         if number == 1:
             header = line.split()
             if len(header) != 2 or not all(is_digits(h) for h in header) or int(header[1]) == 0:
                 raise readers.DataFormatError(path, 1, f"the header {line[:60]!r} is not 'COUNT DIM'", hint)
-            dim = int(header[1])
+            count, dim = int(header[0]), int(header[1])
             continue
         parts = line.rstrip(" ").split(" ")
         if len(parts) != dim + 1:
             raise readers.DataFormatError(path, number, f"{len(parts) - 1} values, expected {dim}", hint)
+        if parts[0] in lines_of:  # keeping either vector would drop the other without a word
+            raise readers.DataFormatError(path, number, f"the word {parts[0][:40]!r} again (line "
+                                                        f"{lines_of[parts[0]]})", "give each word one vector")
+        lines_of[parts[0]] = number
         try:
             vectors[parts[0]] = np.asarray(parts[1:], dtype=np.float32)
         except ValueError:
@@ -82,6 +87,9 @@ def load_word_vectors(path: str | Path) -> dict[str, np.ndarray]:
             raise readers.DataFormatError(path, number, "a value that is NaN or infinite", hint)
     if not vectors:
         raise readers.DataFormatError(path, 1, "no word vectors in the file", hint)
+    if len(vectors) != count:  # a file cut short (a full disk, an interrupted copy), or a header for another file
+        raise readers.DataFormatError(path, 1, f"the header says {count:,} words and the file holds {len(vectors):,}",
+                                      "the file is cut short or its header is wrong: write it again")
     return vectors
 
 
