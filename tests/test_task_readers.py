@@ -280,9 +280,12 @@ def test_kmou_morpheme_level_bio(tmp_path):
     assert sentences[1].tags == ["B-TI", "I-TI", "I-TI", "O", "B-PS"]
 
 
-def test_kmou_falls_back_to_morpheme_forms_when_words_do_not_match(tmp_path):
+def test_kmou_falls_back_to_morpheme_forms_when_words_do_not_match_and_says_so(tmp_path):
+    """The tokens are then not the sentence's words (those `task predict` sees): a warning names the line."""
     text = "; 한석규가왔다\n$<한석규:PS>가왔다\n1\t한석규\tNNP\tB_PS\n1\t가\tJKS\tO\n2\t오\tVV\tO\n2\t았다\tEP\tO\n\n"
-    assert read_kmou_ner(write(tmp_path / "ner", text)) == [TaggedSentence(["한석규가", "오았다"], ["B-PS", "O"])]
+    with pytest.warns(UserWarning, match="1 sentence.*the first at line 1.*joined morpheme forms"):
+        sentences = read_kmou_ner(write(tmp_path / "ner", text))
+    assert sentences == [TaggedSentence(["한석규가", "오았다"], ["B-PS", "O"])]
 
 
 def test_kmou_eojeol_starting_with_i_after_another_type_becomes_b(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,12 +159,19 @@ def read_kmou_ner(path: str | Path, morphemes: bool = False) -> list[TaggedSente
     eojeol tokens fall back to the concatenated morpheme forms (which differ from the surface, e.g. ``이+ㄴ``).
     """
     sentences: list[TaggedSentence] = []
+    joined: list[int] = []  # the first lines of sentences whose tokens are joined morpheme forms
     for block in iter_blocks(path):
         raw, morphs = _parse_kmou_block(path, block)
         if morphemes:
             sentences.append(TaggedSentence([m.form for m in morphs], [m.tag for m in morphs]))
-        else:
-            sentences.append(_kmou_eojeols(raw, morphs))
+            continue
+        sentences.append(_kmou_eojeols(raw, morphs))
+        if sentences[-1].tokens != [word for word in raw.split(" ") if word]:
+            joined.append(block[0][0])
+    if joined:
+        warnings.warn(f"{path}: {len(joined):,} sentence(s) whose raw line has another number of words than its "
+                      f"eojeols (the first at line {joined[0]}): their tokens are the joined morpheme forms, not the "
+                      f"words of the sentence that `elmo task predict` will see")
     return sentences
 
 
