@@ -1,5 +1,6 @@
 """``elmo cache``: what elmo keeps to load models fast, and can make again: the converted copies of official weights
-(``elmo.io.converted``) and the unpacked NLPL zips (``elmo.io.nlpl``). Downloaded models are not touched."""
+(``elmo.io.converted``), the unpacked NLPL zips (``elmo.io.nlpl``) and the features ``elmo task`` and ``elmo probe``
+cache without ``--cache`` (``elmo.tasks.features``). Downloaded models are not touched."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from elmo.errors import UsageError
 from elmo.io import converted, nlpl
 from elmo.io.atomic import folder_bytes
+from elmo.tasks import features
 
 
 def cmd_cache(args: argparse.Namespace) -> None:
@@ -26,6 +28,9 @@ def cmd_cache(args: argparse.Namespace) -> None:
             unpacked, unpacked_size = nlpl.clear_unpacked()
             print(f"removed {unpacked} unpacked NLPL zip(s), {unpacked_size / 1e6:,.0f} MB, from "
                   f"{nlpl.unpacked_root()}")
+        with _noted(problems):
+            files, size = features.clear_feature_files()
+            print(f"removed {files} feature cache(s), {size / 1e6:,.0f} MB, from {features.default_feature_folder()}")
     else:
         with _noted(problems):
             copies = converted.copies()
@@ -36,6 +41,12 @@ def cmd_cache(args: argparse.Namespace) -> None:
             unpacked = nlpl.unpacked_copies()
             _list(unpacked)
             print(f"{len(unpacked)} unpacked NLPL zip(s) in {nlpl.unpacked_root()}")
+        with _noted(problems):
+            cached = features.feature_files()
+            for path in cached:
+                print(f"{path}  {path.stat().st_size / 1e6:,.0f} MB")
+            print(f"{len(cached)} feature cache(s) of `elmo task` and `elmo probe` in "
+                  f"{features.default_feature_folder()}")
     if problems:
         err = problems[0]
         raise UsageError(f"{err.filename or 'the cache'}: {err.strerror or err}; the cache folder holds what this user "
@@ -57,9 +68,9 @@ def _list(folders: list[Path]) -> None:
 
 def add_commands(sub) -> None:
     """``cache`` under ``sub``."""
-    p = sub.add_parser("cache", help="official weights converted once, and NLPL zips unpacked once, for fast "
-                                     "loading: list them or clear them")
+    p = sub.add_parser("cache", help="official weights converted once, NLPL zips unpacked once, for fast loading, "
+                                     "and the features of task and probe runs: list them or clear them")
     p.add_argument("action", choices=("list", "clear"),
                    help="list: the copies and their sizes; clear: delete them (the next load converts or unpacks "
-                        "again; downloaded models stay)")
+                        "again, the next task run embeds its data again; downloaded models stay)")
     p.set_defaults(func=cmd_cache)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -19,7 +20,8 @@ from tqdm.auto import tqdm
 
 from elmo.embed import Embedder
 from elmo.errors import UsageError
-from elmo.io.atomic import atomic_path
+from elmo.io.atomic import atomic_path, remove_stale_temporaries
+from elmo.io.download import cache_dir
 from elmo.model.fingerprint import weights_sha256
 
 FEATURES_VERSION = "1"  # bump when the way features are computed changes: old caches are then not reused
@@ -120,3 +122,36 @@ def cached_features(embedder: Embedder, token_lists: Sequence[Sequence[str]], ca
         raise UsageError(f"{path}: a feature cache of other sentences ({len(cache):,}, the data has "
                          f"{len(token_lists):,}, or of other lengths); delete it and run again to rebuild it")
     return cache
+
+
+FEATURE_FILE = re.compile(r"features-[0-9a-f]{24}\.h5")  # ``cached_features``' names: nothing else is ours
+
+
+def default_feature_folder() -> Path:
+    """Where ``elmo task`` and ``elmo probe`` cache features without ``--cache``: ``$ELMO_CACHE/features``."""
+    return cache_dir() / "features"
+
+
+def feature_files() -> list[Path]:
+    """The feature caches in the default folder (a user's own files there, or a --cache folder, are not ours)."""
+    folder = default_feature_folder()
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if FEATURE_FILE.fullmatch(p.name) and p.is_file() and not p.is_symlink())
+
+
+def clear_feature_files() -> tuple[int, int]:
+    """Delete the feature caches of the default folder, and what killed writers left there an hour ago or more;
+    (files removed, bytes freed). The next task run embeds its data again."""
+    removed = freed = 0
+    for path in feature_files():
+        size = path.stat().st_size
+        path.unlink()
+        removed, freed = removed + 1, freed + size
+    folder = default_feature_folder()
+    leftovers = {m.group(1) for p in (folder.iterdir() if folder.is_dir() else ())
+                 if (m := re.match(r"(\.features-[0-9a-f]{24}\.h5\.)", p.name))}  # atomic_path's temporary names
+    for prefix in leftovers:
+        remove_stale_temporaries(folder, prefix)
+    return removed, freed
+

@@ -262,3 +262,33 @@ def test_python_task_arguments_that_would_change_the_result_are_one_line(task, t
     if "max_items" in change:
         with pytest.raises(ElmoError, match=fragment):
             evaluate_task(folder, data, cache=tmp_path / "cache", max_items=-1, progress=False)
+
+
+def test_cache_list_and_clear_cover_the_default_feature_caches_and_nothing_else(task, tmp_path, monkeypatch, capsys):
+    """Every distinct input to `task eval` / `task predict` left a feature file in $ELMO_CACHE/features that
+    `elmo cache` neither listed nor cleared. They are listed and cleared now, with an interrupted write's leftover
+    an hour old; a user's file there, a fresh leftover (a run under way) and a --cache folder of the user's stay."""
+    import os
+    import time
+
+    from elmo.cli import main
+    from elmo.tasks.commands import evaluate_task
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    folder, data, _ = task
+    evaluate_task(folder, data, progress=False)  # no --cache: the default folder
+    evaluate_task(folder, data, cache=tmp_path / "mine", progress=False)
+    default = tmp_path / "cache" / "features"
+    made = [p.name for p in default.iterdir()]
+    assert len(made) == 1 and made[0].startswith("features-")
+    (default / "notes.txt").write_text("mine")
+    old, fresh = default / f".{made[0]}.abcd1234.tmp", default / f".{made[0]}.wxyz5678.tmp"
+    old.write_bytes(b"half"), fresh.write_bytes(b"half")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert made[0] in out and "1 feature cache(s)" in out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 feature cache(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in default.iterdir()) == sorted(["notes.txt", fresh.name])
+    assert len(list((tmp_path / "mine").iterdir())) == 1  # the user's own --cache folder: not ours to clear
