@@ -135,6 +135,9 @@ def default_feature_folder() -> Path:
 def feature_files() -> list[Path]:
     """The feature caches in the default folder (a user's own files there, or a --cache folder, are not ours)."""
     folder = default_feature_folder()
+    if folder.exists() and not folder.is_dir():  # listing it would report an empty cache that can never hold one
+        raise UsageError(f"{folder}: a file, where elmo keeps the features of task and probe runs; move the file, or "
+                         f"point ELMO_CACHE at another folder")
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if FEATURE_FILE.fullmatch(p.name) and p.is_file() and not p.is_symlink())

@@ -292,3 +292,16 @@ def test_cache_list_and_clear_cover_the_default_feature_caches_and_nothing_else(
     assert "removed 1 feature cache(s)" in capsys.readouterr().out
     assert sorted(p.name for p in default.iterdir()) == sorted(["notes.txt", fresh.name])
     assert len(list((tmp_path / "mine").iterdir())) == 1  # the user's own --cache folder: not ours to clear
+
+
+def test_a_file_where_the_feature_caches_belong_is_named_by_cache_list_and_clear(tmp_path, monkeypatch, capsys):
+    from elmo.cli import main
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "features").write_text("the user's")
+    for action in ("list", "clear"):
+        assert main(["cache", action]) == 1
+        err = capsys.readouterr().err
+        assert "features: a file, where elmo keeps the features" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "cache" / "features").read_text() == "the user's"
