@@ -283,4 +283,8 @@ def read_labelled_sentences(path: str | Path) -> tuple[list[str], list[str]]:
         raise UsageError(f"{path}, line {plain}: no label (label<TAB>sentence) though line {tabbed[0]} has one; "
                          f"label every line or none")
     pairs = [line.split("\t", 1) for _, line in numbered]
+    unlabelled = next((n for (n, _), (label, _) in zip(numbered, pairs) if not label.strip()), None)
+    if unlabelled is not None:  # an empty label would be a class of its own in the plot's legend
+        raise UsageError(f"{path}, line {unlabelled}: an empty label before the TAB; give the label "
+                         f"(label<TAB>sentence), or remove the TAB")
     return [s for _, s in pairs], [label for label, _ in pairs]

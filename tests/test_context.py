@@ -105,6 +105,10 @@ def test_a_file_mixing_labelled_and_plain_lines_is_refused_and_plain_lines_are_n
     mixed.write_text("money\tI took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")
     assert main(["similar", "bank", "--sentences", str(mixed), *MODEL]) == 1
     assert "line 3: no label" in capsys.readouterr().err
+    # a TAB with nothing before it: an empty label would be a class of its own in the plot's legend
+    mixed.write_text("money\tI took money from the bank .\n\tThe bank closed .\n", encoding="utf-8")
+    assert main(["similar", "bank", "--sentences", str(mixed), *MODEL]) == 1
+    assert "line 2: an empty label before the TAB" in capsys.readouterr().err
     plain = tmp_path / "plain.txt"
     plain.write_text("I took money from the bank .\n\nThe bank closed .\n", encoding="utf-8")
     assert read_labelled_sentences(plain) == (["I took money from the bank .", "The bank closed ."],
