@@ -515,16 +515,25 @@ def test_only_step_folders_are_checkpoints_and_they_sort_by_step(tmp_path):
 
 
 def test_a_checkpoint_save_removes_the_hidden_folders_of_saves_killed_earlier(text_slices, tmp_path):
-    """A SIGKILL during a save leaves `.step-N.tmp` (the size of a checkpoint); the next save removes it, and only
-    folders of exactly that form."""
+    """A SIGKILL during a save or a pruning leaves its hidden folder (the size of a checkpoint); the next save
+    removes it: folders of exactly those names holding nothing but a checkpoint's files. A folder of the user's of
+    such a name holding anything else stays (it was deleted, with the user's files, and one named like the save's
+    own temporary folder was emptied first), and the save writes into a new name of its own."""
     train, _, vocab_file = text_slices
     run = tmp_path / "run"
-    for name in (".step-00000055.tmp", ".step-00000009.deleting", ".step-notes.tmp"):
+    killed = (".step-00000055.tmp", ".step-00000009.deleting", ".step-00000003.k2j4x9qa.tmp",
+              ".step-00000002.ab12cd34.deleting")
+    users = (".step-notes.tmp", ".step-00000001.tmp", ".step-00000007.zz99yy88.tmp")
+    for name in killed + users:
         (run / name).mkdir(parents=True)
-        (run / name / "x").write_text("x")
+        (run / name / ("model.safetensors" if name in killed else "mine.txt")).write_text("x")
+    (run / ".step-00000001.deleting").write_text("a file of the user's")
     Trainer(micro_train_config(max_steps=1, checkpoint_every=1), [train], run, vocab=Vocabulary.load(vocab_file),
             progress=False).train()
-    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".step")) == [".step-notes.tmp"]
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".step")) == sorted(
+        [*users, ".step-00000001.deleting"])
+    assert all((run / name / "mine.txt").read_text() == "x" for name in users)
+    assert (run / "step-00000001" / "trainer.json").is_file()
 
 
 def test_a_resume_on_training_text_that_changed_is_refused(text_slices, tmp_path):

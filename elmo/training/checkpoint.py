@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,8 @@ class Checkpoint:
     trainer: dict[str, Any]
 
 
-_LEFTOVER = re.compile(r"\." + re.escape(PREFIX) + r"[0-9]{8,}\.(tmp|deleting)")  # save_checkpoint's own folders
+# save_checkpoint's own hidden folders: ".step-N.<8 random>.tmp" / ".deleting" (and ".step-N.tmp" of older versions)
+_LEFTOVER = re.compile(r"\." + re.escape(PREFIX) + r"[0-9]{8,}(\.[a-z0-9_]{8})?\.(tmp|deleting)")
 
 
 def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.nn.Module, vocab: Vocabulary,
@@ -98,10 +100,7 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
                    *(flatten_optimizer(optimizer_state)[0].values() if optimizer_state is not None else ())]
     check_free_space(run, sum(t.numel() * t.element_size() for t in tensors_out) + CHECKPOINT_EXTRA,
                      f"checkpoint {final.name}")
-    tmp = run / f".{final.name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=run))  # a new name: never a user's
     try:
         save_model(bilm, tmp)
         _save_tensors(softmax.state_dict(), tmp / "softmax.safetensors")
@@ -132,12 +131,14 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
             logger.warning("%s: kept although older than the %d checkpoints to keep: it holds %s, which elmo did not "
                            "write; delete it yourself when done", old, keep, ", ".join(others[:3]))
             continue
-        doomed = old.with_name(f".{old.name}.deleting")  # renamed first: a deletion cut short leaves no step-* folder
-        shutil.rmtree(doomed, ignore_errors=True)        # without trainer.json, which a resume would refuse
+        # renamed first (onto a new empty folder): a deletion cut short leaves no step-* folder without trainer.json,
+        # which a resume would refuse
+        doomed = Path(tempfile.mkdtemp(prefix=f".{old.name}.", suffix=".deleting", dir=run))
         os.replace(old, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
     for leftover in run.iterdir():  # a save or a pruning killed (SIGKILL) earlier left its hidden folder behind
-        if _LEFTOVER.fullmatch(leftover.name) and leftover.is_dir() and not leftover.is_symlink():
+        if (_LEFTOVER.fullmatch(leftover.name) and leftover.is_dir() and not leftover.is_symlink()
+                and not _others_in(leftover)):  # a folder of the user's of that name, holding anything else: kept
             shutil.rmtree(leftover, ignore_errors=True)
     return final
 
