@@ -39,6 +39,8 @@ MAX_LINE_BYTES = 64 * 1024 * 1024  # one line's bytes, read before it is split: 
 
 # ---- command-line numbers ----------------------------------------------------------------------------------------
 MAX_BATCH_SIZE = 65_536  # sentences per batch (elmo embed), rows per process (elmo train)
+MAX_TRAINING_BATCH_TOKENS = 1_000_000  # rows x unroll steps of one process's batch (bilm-tf's: 128 x 20 = 2,560);
+# its character ids alone take 800 bytes a token, both directions
 MAX_COUNT = 10**12  # steps, sentences, neighbours and other counts
 MAX_LABELS = 100_000  # a task's labels (tags or classes)
 MAX_HEAD_HIDDEN = 8_192  # a task head's BiLSTM size (`elmo task train --hidden`; the default is 128)

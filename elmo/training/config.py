@@ -11,7 +11,7 @@ from typing import Any
 
 from elmo.config import PRESETS, ConfigError, ElmoConfig
 from elmo.io.atomic import path_argument
-from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES
+from elmo.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_MINUTES, MAX_TRAINING_BATCH_TOKENS
 from elmo.text.tokenize import TOKENIZER_NAMES
 
 if sys.version_info >= (3, 11):
@@ -91,6 +91,10 @@ class TrainConfig:
                 raise ConfigError(f"{source}: training key {key!r} must be {bound}, got {value!r}")
             if value > (high := _UPPER.get(key, MAX_COUNT)):
                 raise ConfigError(f"{source}: training key {key!r} must be at most {high:,}, got {value!r}")
+        if (tokens := self.batch_size * self.unroll_steps) > MAX_TRAINING_BATCH_TOKENS:  # each within its own limit
+            raise ConfigError(f"{source}: batch_size x unroll_steps is {tokens:,} tokens a batch, above the limit of "
+                              f"{MAX_TRAINING_BATCH_TOKENS:,} (its character ids alone would take "
+                              f"{tokens * 800 / 1e9:,.0f} GB): give a smaller batch_size or unroll_steps")
         if self.tokenize is not None and self.tokenize not in TOKENIZER_NAMES:
             raise ConfigError(f"{source}: tokenize must be one of {', '.join(TOKENIZER_NAMES)}, got {self.tokenize!r}")
         if self.optimizer not in ("adagrad", "adam"):

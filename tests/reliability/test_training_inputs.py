@@ -247,3 +247,20 @@ def test_a_blank_line_among_the_words_of_a_vocabulary_is_refused_naming_it(tmp_p
     (tmp_path / "v.txt").write_text("a\nb\nc\n\n\n", encoding="utf-8")
     rc, err = cli(capsys, "dump-token-embeddings", tmp_path / "v.txt", tmp_path / "out.hdf5", "--model", model)
     assert rc == 0, err
+
+
+def test_a_batch_of_more_tokens_than_any_machine_holds_is_refused_before_training(tmp_path, capsys, texts):
+    """batch_size 4096 and unroll_steps 20,000 are each within their limits; together the character ids alone are
+    66 GB: a MemoryError traceback (and a lock left behind) after the run had started."""
+    from elmo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="batch_size x unroll_steps is 81,920,000 tokens"):
+        micro_train_config(batch_size=4096, unroll_steps=20_000).check()
+    data = micro_train_config(unroll_steps=20_000).to_dict()
+    data["train"]["batch_size"] = 4096
+    config = tmp_path / "big.json"
+    config.write_text(json.dumps(data), encoding="utf-8")
+    train, vocab = texts
+    rc, err = cli(capsys, "train", train, "--vocab", vocab, "--config", config, "--out", tmp_path / "run")
+    assert rc == 1 and not (tmp_path / "run").exists()
+    one_error_line(err, "big.json", "above the limit of 1,000,000")
