@@ -10,7 +10,7 @@ from pathlib import Path
 from elmo.cli.common import STDIO, CommandLineError
 from elmo.errors import ElmoError
 from elmo.io.atomic import NotAFileError, blocking_file, file_in_the_way, same_file, writable_file
-from elmo.io.checkpoint import CHECKPOINT_FILES, is_checkpoint, list_checkpoints
+from elmo.io.checkpoint import CHECKPOINT_FILES, checkpoint_step, is_checkpoint, list_checkpoints
 from elmo.io.native import LEGACY_TOKENIZER_NAME
 from elmo.io.resolve import resolve_path
 from elmo.training.export import EXPORT_FILES
@@ -101,3 +101,8 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
                                        f"{name}: give another folder")
         if folder_names is not None and (blocked := file_in_the_way(output)):  # before anything is loaded
             raise CommandLineError(blocked)
+        if (folder_names is not None and checkpoint_step(Path(output)) is not None and not is_checkpoint(Path(output))
+                and list_checkpoints(Path(output).parent)):  # the run would refuse to resume beside it
+            raise CommandLineError(f"{output}: named as a checkpoint of the run in {Path(output).parent}, which would "
+                                   f"refuse to resume or prune beside a folder of that name that is not one: give "
+                                   f"another name")

@@ -10,9 +10,8 @@ import torch
 from elmo.data.chars import batch_to_ids
 from elmo.data.vocab import read_words
 from elmo.errors import InputTypeError, UsageError
-from elmo.io.atomic import (atomic_folder, atomic_path, check_free_space, check_replaceable_folder,
-                             refuse_model_file, same_file,
-                             writable_file, write_errors)
+from elmo.io.atomic import (atomic_folder, atomic_path, check_free_space, check_replaceable_folder, path_argument,
+                             refuse_model_file, same_file, writable_file, write_errors)
 from elmo.io.official import export_official
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint import load_language_model, save_language_model
@@ -28,7 +27,8 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     train on). Both name the tokenizer of the training text (``bilm.tokenizer_name``), so embed / show / perplexity
     split raw text alike. The folder must be new, empty or an earlier export (replaced whole); a failure leaves it as
     it was (``elmo.io.atomic.atomic_folder``)."""
-    out = Path(out_dir)
+    out = path_argument(out_dir, "export_checkpoint out_dir")  # "" would be the current folder
+    path_argument(checkpoint, "export_checkpoint checkpoint")
     check_replaceable_folder(out, EXPORT_FILES)  # before the checkpoint is read
     bilm, softmax, vocab = load_language_model(checkpoint)
     with atomic_folder(out, EXPORT_FILES) as tmp:

@@ -21,6 +21,7 @@ from elmo import pretrained
 from elmo.data.vocab import UNKNOWN_SHARE_WARNING, Vocabulary
 from elmo.devices import check_device
 from elmo.errors import InputTypeError, UsageError
+from elmo.io.atomic import path_argument
 from elmo.io.checkpoint import foreign_checkpoint_names, list_checkpoints, resolve_checkpoint
 from elmo.io.native import is_model_dir
 from elmo.io.resolve import resolve
@@ -138,6 +139,9 @@ def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, res
     """The checkpoint to resume (or None), the weights to start from (or None), and the run's config and
     vocabulary (None when neither the caller nor a source gives one)."""
     check_arguments(config, vocab)
+    # "" (an unset variable) is a mistake, not "none given": a new random run would start without a word
+    resume = None if resume is None else path_argument(resume, "Trainer resume")
+    init_from = None if init_from is None else path_argument(init_from, "Trainer init_from")
     if resume and init_from:
         raise UsageError("give --resume (continue a run exactly) or --init-from (start a new run from its "
                          "weights), not both")

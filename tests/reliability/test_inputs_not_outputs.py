@@ -227,3 +227,18 @@ def test_the_python_api_never_writes_over_the_models_own_files(tmp_path):
                         (load_official(tmp_path / "options.json", tmp_path / "weights.hdf5"), "weights.hdf5")]:
         with pytest.raises(UsageError, match="a file of the model in use"):  # the public loaders record them too
             embed_file(model, tmp_path / "in.txt", tmp_path / name, progress=False)
+
+
+@pytest.mark.parametrize("command", ["export", "convert"])
+def test_a_folder_output_named_as_a_checkpoint_of_a_run_is_refused(tmp_path, capsys, command):
+    """`elmo export RUN RUN/step-00000009` was written, and the run then refused to resume ("named like a
+    checkpoint of elmo's but not one") until the user moved it."""
+    run = micro_run(tmp_path)
+    target = run / "step-00000009"
+    args = (["export", run, target] if command == "export" else
+            ["convert", "--model", run, "--to", "official", target])
+    rc, err = cli(capsys, *args)
+    assert rc == 2 and not target.exists()
+    one_error_line(err, "step-00000009", "named as a checkpoint of the run")
+    rc, err = cli(capsys, "train", "--resume", run, "--out", run, "--max-steps", "2", "--quiet")
+    assert rc == 0, err

@@ -316,3 +316,28 @@ def test_a_new_run_from_a_run_split_by_a_tokenizer_function_is_warned_without_on
         warnings.simplefilter("always")
         Trainer(config, [train], tmp_path / "given", init_from=run, tokenizer=str.split, progress=False).close()
     assert not [w for w in caught if "this run splits its text by" in str(w.message)]
+
+
+@pytest.mark.parametrize("argument", ["resume", "init_from"])
+def test_an_empty_path_to_resume_or_start_from_is_one_line_not_a_new_random_run(texts, tmp_path, argument):
+    """``resume=""`` (an unset variable) was read as "not given": a fresh random run started without a word, where
+    the command line refuses ``--resume ""``."""
+    train, vocab = texts
+    with pytest.raises(ElmoError) as err:
+        Trainer(micro_train_config(max_steps=1), [train], tmp_path / "run", vocab=vocab, progress=False,
+                **{argument: ""})
+    one_line(err, f"Trainer {argument}: an empty path")
+    assert not (tmp_path / "run").exists()
+
+
+def test_export_checkpoint_to_an_empty_path_is_one_line_not_the_current_folder(texts, tmp_path, monkeypatch):
+    from elmo.training.export import export_checkpoint
+
+    train, vocab = texts
+    Trainer(micro_train_config(max_steps=1), [train], tmp_path / "run", vocab=vocab, progress=False).train()
+    monkeypatch.chdir(tmp_path)
+    for out, fragment in (("", "an empty path"), (5, "must be a path")):
+        with pytest.raises(ElmoError) as err:
+            export_checkpoint(tmp_path / "run", out)
+        one_line(err, "export_checkpoint out_dir", fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
