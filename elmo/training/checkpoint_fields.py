@@ -144,6 +144,29 @@ def check_optimizer_record(plain: Any, path: Path) -> None:
 OPTIMIZER_TENSORS = {"adagrad": ("sum",), "adam": ("exp_avg", "exp_avg_sq")}  # each stepped parameter's state
 
 
+OPTIMIZER_SETTINGS = ("lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value", "maximize", "betas",
+                      "amsgrad")  # what the run's config sets and a step's arithmetic reads
+
+
+def check_optimizer(saved: dict[str, Any], optimizer: torch.optim.Optimizer, kind: str, folder: Path) -> None:
+    """A checkpoint's optimizer (``saved``: its state and param groups) against the one the run's config built:
+    the groups' settings the same (loading the state takes the saved ones: an edited ``lr`` or ``maximize`` in
+    optimizer.json trained otherwise than train_config.json says, and the next checkpoint recorded the config's),
+    and ``check_optimizer_tensors``."""
+    groups = saved.get("param_groups")
+    if not isinstance(groups, list) or len(groups) != len(optimizer.param_groups):
+        raise _fail(folder / "optimizer.json", "param_groups", f"are not {len(optimizer.param_groups)} groups")
+    for index, (group, built) in enumerate(zip(groups, optimizer.param_groups)):
+        for key in (k for k in OPTIMIZER_SETTINGS if k in built):
+            value = tuple(group.get(key)) if isinstance(built[key], tuple) and isinstance(group.get(key), list) \
+                else group.get(key)
+            if value != built[key]:
+                raise _fail(folder / "optimizer.json", f"group {index}'s {key}",
+                            f"is {group.get(key)!r} where train_config.json gives {built[key]!r}")
+    check_optimizer_tensors(saved["state"], [p for g in optimizer.param_groups for p in g["params"]], kind,
+                            folder / "optimizer.safetensors")
+
+
 def check_optimizer_tensors(state: dict[int, dict[str, Any]], params: list, kind: str, path: Path) -> None:
     """The optimizer's saved state against the parameters it will step: each parameter's tensors present, of the
     parameter's shape and type, and finite. An edited or mixed-up file would otherwise run the fused kernels on a

@@ -31,7 +31,7 @@ from elmo.io.lock import OutputLock
 from elmo.io.native import ModelFileError, load_state_strict
 from elmo.text.tokenize import get_tokenizer
 from elmo.training.checkpoint import Checkpoint, save_checkpoint
-from elmo.training.checkpoint_fields import (check_carried_state, check_optimizer_tensors, data_position,
+from elmo.training.checkpoint_fields import (check_carried_state, check_optimizer, data_position,
                                              data_positions_to_save)
 from elmo.training.config import TrainConfig
 from elmo.training.init_from import StartingWeights
@@ -188,6 +188,8 @@ class Trainer:
                              f"the same number (got {self.env.world})")
         try:
             self._load_states(checkpoint)
+        except ModelFileError:  # names the field itself
+            raise
         except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as err:
             raise ModelFileError(f"{checkpoint.path}: its optimizer, data or carried states do not fit this run "
                                  f"({type(err).__name__}: {' '.join(str(err).split())[:160]}); the checkpoint is "
@@ -197,9 +199,7 @@ class Trainer:
     def _load_states(self, checkpoint) -> None:
         """The optimizer, the data positions, the carried states and the random generators of ``checkpoint``."""
         if checkpoint.optimizer is not None:
-            check_optimizer_tensors(checkpoint.optimizer["state"], [p for g in self.optimizer.param_groups
-                                                                     for p in g["params"]],
-                                    self.config.optimizer, checkpoint.path / "optimizer.safetensors")
+            check_optimizer(checkpoint.optimizer, self.optimizer, self.config.optimizer, checkpoint.path)
             # the saved groups carry the kernel choice of the machine that wrote them: this one's applies
             groups = [{**group, "fused": self._fused_optimizer, "foreach": None}
                       for group in checkpoint.optimizer["param_groups"]]

@@ -83,6 +83,14 @@ TAMPERED = {
                                "optimizer.json: param_groups[0].lr must be a finite number"),
     "optimizer params not indices": ("optimizer.json", lambda d: d["param_groups"][0].update(params="all"),
                                      "param_groups[0].params must be a list of parameter indices"),
+    # loading the state took these over the config's without a word (gradient ascent for maximize), and the next
+    # checkpoint recorded the config's settings, never used
+    "optimizer lr other than the config's": ("optimizer.json", lambda d: d["param_groups"][0].update(lr=0.9),
+                                             "optimizer.json: group 0's lr is 0.9 where train_config.json gives"),
+    "optimizer maximize": ("optimizer.json", lambda d: d["param_groups"][0].update(maximize=True),
+                           "group 0's maximize is True where train_config.json gives False"),
+    "optimizer weight decay": ("optimizer.json", lambda d: d["param_groups"][0].update(weight_decay=5),
+                               "group 0's weight_decay is 5"),
     "a data position of another batch": ("trainer.json", lambda d: d["data"][0][0].update(current=[[]] * 99),
                                          "do not fit this run"),
     "a row's count of words left edited": ("trainer.json", lambda d: d["data"][0][0]["left"].__setitem__(
