@@ -118,3 +118,14 @@ def test_a_text_file_given_as_weights_is_called_what_it_is(tmp_path):
     with pytest.raises(WeightFileError, match=r"w.hdf5: not an HDF5 weight file but a file of another kind "
                                               r"\(it begins with b'not hdf5'\)"):
         load_official(OPTIONS, tmp_path / "w.hdf5")
+
+
+def test_a_vocabulary_saved_under_a_gz_name_is_gzip_and_reads_back(tmp_path):
+    """`vocab build -o v.txt.gz` wrote plain text under the .gz name: zcat failed on it, and so did every reader
+    here (they read a .gz name as gzip), on elmo's own output."""
+    vocab = Vocabulary(["<S>", "</S>", "<UNK>", "bank", "은행"])
+    vocab.save(tmp_path / "v.txt.gz")
+    assert gzip.decompress((tmp_path / "v.txt.gz").read_bytes()).decode("utf-8").split("\n")[3:5] == ["bank", "은행"]
+    assert Vocabulary.load(tmp_path / "v.txt.gz").words == vocab.words
+    vocab.save(tmp_path / "v.txt")
+    assert (tmp_path / "v.txt").read_text(encoding="utf-8").startswith("<S>\n")

@@ -5,6 +5,7 @@ The frequency order matters: the log-uniform negative sampler assumes low ids ar
 
 from __future__ import annotations
 
+import gzip
 from collections import Counter
 from pathlib import Path
 from typing import Iterable
@@ -117,8 +118,10 @@ class Vocabulary:
         return cls(read_words(path), source=path)
 
     def save(self, path: str | Path) -> None:
+        """One word per line; gzip-compressed when the name ends in .gz, as every reader here reads such a name."""
+        data = ("\n".join(self.words) + "\n").encode("utf-8")
         with atomic_path(path) as tmp:
-            tmp.write_text("\n".join(self.words) + "\n", encoding="utf-8")
+            tmp.write_bytes(gzip.compress(data, mtime=0) if str(path).endswith(".gz") else data)
 
     @classmethod
     def build(cls, sentences: Iterable[list[str]], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
