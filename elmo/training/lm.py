@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from elmo.config import ElmoConfig
-from elmo.errors import UsageError
+from elmo.errors import InputTypeError, UsageError
 from elmo.limits import is_whole
 from elmo.model.bilm import BiLM, token_layer
 from elmo.model.lstm import LayersSideBySide, State, run_stack, training_dropout
@@ -34,6 +34,9 @@ class LanguageModel(nn.Module):
     def from_config(cls, config: ElmoConfig, vocab_size: int, dropout: float = 0.1) -> "LanguageModel":
         """A new model, initialised as bilm-tf initialises it (docs/training.md §3; the modules' own
         ``reset_parameters``)."""
+        if not isinstance(config, ElmoConfig):
+            raise InputTypeError(f"LanguageModel.from_config takes an ElmoConfig (e.g. elmo.config.PRESETS['tiny']), "
+                                 f"got {type(config).__name__}")
         if not is_whole(vocab_size, 1):  # 0 gives a softmax of no rows, -1 or 3.0 an error inside torch
             raise UsageError(f"LanguageModel: vocab_size must be a whole number of at least 1, got {vocab_size!r}")
         check_softmax_size(vocab_size, config.lstm.projection_dim, f"a vocabulary of {vocab_size:,} words")

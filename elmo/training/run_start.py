@@ -139,6 +139,10 @@ def settle_run(config: TrainConfig, vocab: Vocabulary | None, out_dir: Path, res
     """The checkpoint to resume (or None), the weights to start from (or None), and the run's config and
     vocabulary (None when neither the caller nor a source gives one)."""
     check_arguments(config, vocab)
+    if given is not None and not isinstance(given, dict):
+        raise InputTypeError(f"Trainer's given must be a dict of settings (name -> value), got {type(given).__name__}")
+    if unknown := sorted(set(given or ()) - {f.name for f in fields(TrainConfig)}, key=str):
+        raise UsageError(f"Trainer's given names no setting {unknown[0]!r}: the settings are TrainConfig's fields")
     # "" (an unset variable) is a mistake, not "none given": a new random run would start without a word
     resume = None if resume is None else path_argument(resume, "Trainer resume")
     init_from = None if init_from is None else path_argument(init_from, "Trainer init_from")
@@ -308,6 +312,8 @@ def start_from(source: str | Path, config: TrainConfig, vocab: Vocabulary | None
 def training_files(files: Sequence[str | Path], checkpoint: Checkpoint | None) -> Sequence[str | Path]:
     """The files given, or, when none are, those of the run being resumed (its trainer.json names them): `elmo train
     --resume RUN` alone goes on with the run's own text, as its help says, instead of failing on "no training files"."""
+    for file in files if isinstance(files, (list, tuple)) else ():  # one name alone: expand_files says what to pass
+        path_argument(file, "a training file of Trainer")  # pathlib's own TypeError names neither
     if files or checkpoint is None:
         return files
     return checkpoint.trainer.get("files", [])

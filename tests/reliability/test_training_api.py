@@ -341,3 +341,25 @@ def test_export_checkpoint_to_an_empty_path_is_one_line_not_the_current_folder(t
             export_checkpoint(tmp_path / "run", out)
         one_line(err, "export_checkpoint out_dir", fragment)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"files": [5]}, "a training file of Trainer must be a path"), ({"files": [None]}, "must be a path"),
+    ({"resume": 5}, "Trainer resume must be a path"),
+    ({"given": "x"}, "given must be a dict"), ({"given": {"bogus": 1}}, "given names no setting 'bogus'"),
+])
+def test_wrong_kinds_of_trainer_arguments_are_one_line(texts, tmp_path, change, fragment):
+    """Each ended in a TypeError or AttributeError inside pathlib or the config (or, for a new run, ``given`` of
+    unknown settings was ignored without a word)."""
+    train, vocab = texts
+    arguments = {"files": [train], "vocab": vocab, "progress": False} | change
+    with pytest.raises(ElmoError) as err:
+        Trainer(micro_train_config(max_steps=1), arguments.pop("files"), tmp_path / "run", **arguments)
+    one_line(err, fragment)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_language_model_from_no_config_is_one_line():
+    with pytest.raises(ElmoError) as err:
+        LanguageModel.from_config(None, 10)
+    one_line(err, "takes an ElmoConfig")
