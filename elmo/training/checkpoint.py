@@ -169,6 +169,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise ModelFileError(f"{root}: damaged checkpoint ({err}); move it away and resume from the run's "
                              f"previous checkpoint") from None
     check_trainer_record(settings["trainer.json"], root / "trainer.json")
+    check_softmax_rows(softmax, vocab, root / "vocab.txt", root / "softmax.safetensors")
     return Checkpoint(root, bilm, softmax, vocab, settings["train_config.json"],
                       optimizer, tensors, settings["trainer.json"])
 
@@ -220,13 +221,19 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
         state = load_file(str(files.softmax))
     except (SafetensorError, OSError) as err:
         raise ModelFileError(f"{files.softmax}: not readable ({err})") from None
-    rows = {value.shape[0] for value in state.values() if value.dim() > 0}
-    if rows and rows != {len(vocab)}:  # one row per word: the two files disagree before either shape is wrong
-        raise ModelFileError(f"{files.vocab} holds {len(vocab):,} words but {files.softmax} has "
-                             f"{', '.join(f'{r:,}' for r in sorted(rows))} rows: one of them is damaged or comes "
-                             f"from another model")
+    check_softmax_rows(state, vocab, files.vocab, files.softmax)
     load_state_strict(softmax, state, str(files.softmax), assign=True)
     return bilm, softmax.eval(), vocab
+
+
+def check_softmax_rows(state: dict[str, torch.Tensor], vocab: Vocabulary, vocab_file: Path, softmax_file: Path) -> None:
+    """One softmax row per word: where the two files disagree, one line naming both (before either file's shape
+    is checked against the config, which would name only the softmax)."""
+    rows = {value.shape[0] for value in state.values() if value.dim() > 0}
+    if rows and rows != {len(vocab)}:
+        raise ModelFileError(f"{vocab_file} holds {len(vocab):,} words but {softmax_file} has "
+                             f"{', '.join(f'{r:,}' for r in sorted(rows))} rows: one of them is damaged or comes "
+                             f"from another model")
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -246,3 +246,15 @@ def test_a_run_whose_newest_checkpoint_lost_a_file_names_it(run, tmp_path, capsy
     assert rc == 1
     one_error_line(err, "step-00000003/model.safetensors: missing from the run's newest checkpoint",
                    "step-00000002 is the one before it")
+
+
+def test_a_checkpoint_whose_vocabulary_was_cut_short_names_it_on_resume(run, tmp_path):
+    """Resume said "softmax.safetensors: tensor 'bias' has shape (33,) where the config implies (18,)" and never named
+    vocab.txt; export and perplexity named both files."""
+    text, vocab, folder = _copy(run, tmp_path)
+    words = folder / "step-00000003" / "vocab.txt"
+    words.write_text("".join(words.read_text().splitlines(keepends=True)[:10]))
+    with pytest.raises(Exception) as err:
+        _resume(text, vocab, folder)
+    assert type(err.value).__name__ == "ModelFileError", str(err.value)
+    assert "vocab.txt holds 10 words but" in str(err.value) and "softmax.safetensors has" in str(err.value)
