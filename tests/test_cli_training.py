@@ -290,3 +290,25 @@ def test_run_folders_official_pairs_and_wrong_kinds_of_path(text_slices, tmp_pat
     assert "give a folder" in capsys.readouterr().err
     assert main(["export", str(run), str(official)]) == 2  # not an earlier export: refused as by `convert`
     assert "is not an earlier output" in capsys.readouterr().err
+
+
+def test_a_run_started_with_relative_names_resumes_from_any_folder(tmp_path, monkeypatch, capsys):
+    """The run recorded "short.txt" as given; from another folder `--resume RUN` alone failed ("short.txt: no such
+    file"), and the same file named by its absolute path was refused as other training files."""
+    from pathlib import Path
+
+    from tests.reliability.tiny import micro_run
+
+    monkeypatch.chdir(tmp_path)
+    run = micro_run(Path("."))  # short.txt, vocab.txt, micro.json and run/, all given by relative names
+    assert json.loads(next(run.glob("step-*/trainer.json")).read_text())["files"] == ["short.txt"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    absolute = tmp_path / run
+    assert main(["train", "--resume", str(absolute), "--out", str(absolute), "--max-steps", "2", "--quiet"]) == 0
+    assert main(["train", str(tmp_path / "short.txt"), "--resume", str(absolute), "--out", str(absolute),
+                 "--max-steps", "3", "--quiet"]) == 0
+    (elsewhere / "short.txt").write_text("other text\n")  # the same relative name, another file: still refused
+    assert main(["train", "short.txt", "--resume", str(absolute), "--out", str(absolute), "--max-steps", "4"]) == 1
+    assert "its data position refers to" in capsys.readouterr().err

@@ -64,6 +64,8 @@ def check_trainer_record(record: Any, path: Path) -> None:
     files = record.get("files", [])
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise _fail(path, "files", "must be a list of file names")
+    if not isinstance(record.get("files_from", ""), str):  # absent in older checkpoints
+        raise _fail(path, "files_from", "must be a folder's path")
     sizes = record.get("file_sizes", [0] * len(files))
     if not isinstance(sizes, list) or len(sizes) != len(files):
         raise _fail(path, "file_sizes", f"must be a list of {len(files)} sizes, one per file")

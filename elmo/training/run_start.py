@@ -90,8 +90,14 @@ class TrainingText:
     checkpoints; about a second a GB): every checkpoint records them, so a resume finds text that changed, also an
     edit that kept a file's size (a corrected word)."""
 
+    names: list[str]  # as given
+    folder: str  # the working folder they were given in: relative names are relative to it
     sizes: list[int]
     hashes: list[str]
+
+    def record(self) -> dict:
+        """The keys of trainer.json that describe the text."""
+        return {"files": self.names, "files_from": self.folder, "file_sizes": self.sizes, "file_hashes": self.hashes}
 
 
 def training_text(files: Sequence[str], checkpoint: Checkpoint | None = None) -> TrainingText:
@@ -101,7 +107,8 @@ def training_text(files: Sequence[str], checkpoint: Checkpoint | None = None) ->
     if checkpoint is not None:
         _check_names_and_sizes(checkpoint, files)
     try:
-        text = TrainingText([os.path.getsize(name) for name in files], [file_sha256(name) for name in files])
+        text = TrainingText([str(name) for name in files], os.getcwd(), [os.path.getsize(name) for name in files],
+                            [file_sha256(name) for name in files])
     except OSError as err:
         raise UsageError(f"{err.filename}: cannot read the training text ({err.strerror})") from None
     recorded = checkpoint.trainer.get("file_hashes", []) if checkpoint is not None else []  # absent: older runs
@@ -113,12 +120,25 @@ def training_text(files: Sequence[str], checkpoint: Checkpoint | None = None) ->
     return text
 
 
+def recorded_files(trainer: dict) -> list[str]:
+    """The training files a checkpoint's trainer.json names: relative names from the folder they were given in
+    (``files_from``), so a run resumes from any folder; where those are gone (the run and its text moved together),
+    the names as they are, from the current folder."""
+    names = trainer.get("files", [])
+    folder = trainer.get("files_from") or os.getcwd()  # absent in older checkpoints
+    found = [os.path.join(folder, name) for name in names]
+    return found if all(os.path.exists(f) for f in found) else list(names)
+
+
 def _check_names_and_sizes(checkpoint: Checkpoint, files: Sequence[str]) -> None:
     trainer = checkpoint.trainer
-    saved = trainer.get("files", files)
-    if [os.path.realpath(f) for f in saved] != [os.path.realpath(f) for f in files]:  # ./a.txt = /x/a.txt
-        raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(saved)}; resume with the same "
-                         f"training files (use --init-from to continue on new text)")
+    names = trainer.get("files", list(files))
+    readings = [[os.path.realpath(f) for f in names]]  # from here; and from the folder the run was given them in
+    readings.append([os.path.realpath(os.path.join(trainer.get("files_from") or os.getcwd(), f)) for f in names])
+    if [os.path.realpath(f) for f in files] not in readings:  # ./a.txt = /x/a.txt; the sizes and hashes follow
+        where = f" (given in {trainer['files_from']})" if trainer.get("files_from") else ""
+        raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(names)}{where}; resume with the "
+                         f"same training files (use --init-from to continue on new text)")
     for name, size in zip(files, trainer.get("file_sizes", [])):  # absent in older checkpoints
         if (now := os.path.getsize(name)) != size:
             raise UsageError(f"{name}: {now:,} bytes, {size:,} when {checkpoint.path.name} was saved: its data "
@@ -316,7 +336,7 @@ def training_files(files: Sequence[str | Path], checkpoint: Checkpoint | None) -
         path_argument(file, "a training file of Trainer")  # pathlib's own TypeError names neither
     if files or checkpoint is None:
         return files
-    return checkpoint.trainer.get("files", [])
+    return recorded_files(checkpoint.trainer)
 
 
 def warn_if_mostly_unknown(targets: torch.Tensor, vocab: Vocabulary) -> None:

@@ -381,8 +381,8 @@ class Trainer:
             return dist.barrier()
         tensors = {f"r{r}.{k}": v for r, s in enumerate(gathered) for k, v in s["tensors"].items()}
         trainer = {"tokens_seen": self.tokens_seen, "elapsed": self.elapsed, "world": self.env.world,
-                   "files": self.files, "file_sizes": self.text.sizes, "file_hashes": self.text.hashes,
-                   "data": [s["data"] for s in gathered], "tokenizer_function": self._tokenizer_function}
+                   **self.text.record(), "data": [s["data"] for s in gathered],
+                   "tokenizer_function": self._tokenizer_function}
         try:
             path = save_checkpoint(self.out_dir, self.step, self.model.bilm, self.model.softmax, self.vocab,
                                    self.config.to_dict(), self.optimizer.state_dict(), tensors, trainer,
