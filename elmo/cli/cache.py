@@ -43,8 +43,7 @@ def cmd_cache(args: argparse.Namespace) -> None:
             print(f"{len(unpacked)} unpacked NLPL zip(s) in {nlpl.unpacked_root()}")
         with _noted(problems):
             cached = features.feature_files()
-            for path in cached:
-                print(f"{path}  {path.stat().st_size / 1e6:,.0f} MB")
+            _list(cached)
             print(f"{len(cached)} feature cache(s) of `elmo task` and `elmo probe` in "
                   f"{features.default_feature_folder()}")
     if problems:
@@ -61,9 +60,10 @@ def _noted(problems: list[OSError]) -> Iterator[None]:
         problems.append(err)
 
 
-def _list(folders: list[Path]) -> None:
-    for folder in folders:
-        print(f"{folder}  {folder_bytes(folder) / 1e6:,.0f} MB")
+def _list(paths: list[Path]) -> None:
+    """Each cached folder or file with its size."""
+    for path in paths:
+        print(f"{path}  {(path.stat().st_size if path.is_file() else folder_bytes(path)) / 1e6:,.0f} MB")
 
 
 def add_commands(sub) -> None:

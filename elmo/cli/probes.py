@@ -9,9 +9,8 @@ from elmo.cli.common import TOKENIZE_CHOICES, add_model_args, count, sentences
 from elmo.cli.stdio import written_to
 from elmo.data.corpus import SentenceSource, expand_files
 from elmo.embed import Embedder
-from elmo.io.download import cache_dir
 from elmo.limits import MAX_WORD_VECTOR_DIM
-from elmo.tasks import probes
+from elmo.tasks import features, probes
 from elmo.text.tokenize import get_tokenizer
 
 
@@ -21,7 +20,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
         return
     embedder = Embedder.from_pretrained(args.model, args.options, args.weights)
     static = probes.load_word_vectors(args.static) if args.static else None
-    cache = args.cache or cache_dir() / "features"
+    cache = args.cache or features.default_feature_folder()
     if args.probe == "pos":
         results = probes.probe_pos(embedder, args.train, args.dev, cache, static, args.max_sentences,
                                    args.epochs, args.column, progress=not args.quiet)

@@ -12,13 +12,12 @@ from typing import Callable
 from elmo.embed import Embedder
 from elmo.errors import UsageError
 from elmo.io.atomic import new_folders
-from elmo.io.download import cache_dir
 from elmo.io.lock import lock_beside
 from elmo.io.load import load_files
 from elmo.io.resolve import reference, resolve_reference
 from elmo.limits import is_whole
 from elmo.tasks import readers
-from elmo.tasks.features import FeatureCache, cached_features, model_id
+from elmo.tasks.features import FeatureCache, cached_features, default_feature_folder, model_id
 from elmo.tasks.heads import LayerInput
 from elmo.tasks.train import (
     TaskConfig,
@@ -94,7 +93,7 @@ def features_for(embedder: Embedder, inputs: list, cache: str | Path | None, pro
         line = lines[empty[0]] if lines else 0
         place = f"line {line}" if line else f"example {empty[0] + 1} (counting examples from 1, not lines)"
         raise UsageError(f"{source}: {place}, {shown}, has no tokens after tokenisation; remove it")
-    return cached_features(embedder, token_lists, cache or cache_dir() / "features", progress), token_lists
+    return cached_features(embedder, token_lists, cache or default_feature_folder(), progress), token_lists
 
 
 def _label_set(gold: list) -> set[str]:

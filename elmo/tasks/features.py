@@ -152,8 +152,8 @@ def clear_feature_files() -> tuple[int, int]:
         path.unlink()
         removed, freed = removed + 1, freed + size
     folder = default_feature_folder()
-    leftovers = {m.group(1) for p in (folder.iterdir() if folder.is_dir() else ())
-                 if (m := re.match(r"(\.features-[0-9a-f]{24}\.h5\.)", p.name))}  # atomic_path's temporary names
+    leftovers = {m.group(1) for p in (folder.iterdir() if folder.is_dir() else ())  # atomic_path's temporary names
+                 if (m := re.match(rf"(\.{FEATURE_FILE.pattern}\.)", p.name))}
     for prefix in leftovers:
         remove_stale_temporaries(folder, prefix)
     return removed, freed

@@ -160,9 +160,8 @@ def check_optimizer(saved: dict[str, Any], optimizer: torch.optim.Optimizer, kin
         raise _fail(folder / "optimizer.json", "param_groups", f"are not {len(optimizer.param_groups)} groups")
     for index, (group, built) in enumerate(zip(groups, optimizer.param_groups)):
         for key in (k for k in OPTIMIZER_SETTINGS if k in built):
-            value = tuple(group.get(key)) if isinstance(built[key], tuple) and isinstance(group.get(key), list) \
-                else group.get(key)
-            if value != built[key]:
+            value = group.get(key)
+            if (tuple(value) if isinstance(value, list) else value) != built[key]:  # JSON gives betas as a list
                 raise _fail(folder / "optimizer.json", f"group {index}'s {key}",
                             f"is {group.get(key)!r} where train_config.json gives {built[key]!r}")
     check_optimizer_tensors(saved["state"], [p for g in optimizer.param_groups for p in g["params"]], kind,

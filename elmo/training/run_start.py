@@ -124,17 +124,22 @@ def recorded_files(trainer: dict) -> list[str]:
     """The training files a checkpoint's trainer.json names: relative names from the folder they were given in
     (``files_from``), so a run resumes from any folder; where those are gone (the run and its text moved together),
     the names as they are, from the current folder."""
-    names = trainer.get("files", [])
-    folder = trainer.get("files_from") or os.getcwd()  # absent in older checkpoints
-    found = [os.path.join(folder, name) for name in names]
-    return found if all(os.path.exists(f) for f in found) else list(names)
+    found = _from_their_folder(trainer)
+    return found if all(os.path.exists(f) for f in found) else list(trainer.get("files", []))
+
+
+def _from_their_folder(trainer: dict) -> list[str]:
+    """trainer.json's file names, relative ones joined to the folder they were given in (absent in older
+    checkpoints: the current folder)."""
+    folder = trainer.get("files_from") or os.getcwd()
+    return [os.path.join(folder, name) for name in trainer.get("files", [])]
 
 
 def _check_names_and_sizes(checkpoint: Checkpoint, files: Sequence[str]) -> None:
     trainer = checkpoint.trainer
     names = trainer.get("files", list(files))
-    readings = [[os.path.realpath(f) for f in names]]  # from here; and from the folder the run was given them in
-    readings.append([os.path.realpath(os.path.join(trainer.get("files_from") or os.getcwd(), f)) for f in names])
+    # read from here, and from the folder the run was given them in
+    readings = [[os.path.realpath(f) for f in found] for found in (names, _from_their_folder(trainer))]
     if [os.path.realpath(f) for f in files] not in readings:  # ./a.txt = /x/a.txt; the sizes and hashes follow
         where = f" (given in {trainer['files_from']})" if trainer.get("files_from") else ""
         raise UsageError(f"{checkpoint.path}: its data position refers to {', '.join(names)}{where}; resume with the "
