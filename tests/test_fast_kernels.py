@@ -40,12 +40,24 @@ def test_packed_products_match_plain_ones(rows, library, monkeypatch):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_onednn_is_preferred_to_mkl_where_both_are_there():
-    expected = ("onednn" if packed.onednn_packing_available() else
-                "mkl" if packed.mkl_packing_available() else None)
-    assert RightMultiplier(torch.randn(1024, 1100)).library == expected
+@pytest.mark.parametrize("intel", [True, False])
+def test_the_packing_library_follows_the_cpu_and_the_row_count(intel, monkeypatch):
+    """Products of a few rows: MKL first on Intel CPUs, oneDNN first elsewhere; products of many rows and matrices
+    too small for MKL: oneDNN only."""
+    monkeypatch.setattr(packed, "intel_cpu", lambda: intel)
+    onednn = "onednn" if packed.onednn_packing_available() else None
+    mkl = "mkl" if packed.mkl_packing_available() else None
+    few_rows = (mkl or onednn) if intel else (onednn or mkl)
+    assert RightMultiplier(torch.randn(1024, 1100)).library == few_rows
+    assert RightMultiplier(torch.randn(1024, 1100), many_rows=True).library == onednn
+    assert RightMultiplier(torch.randn(1024, 1100), dtype=torch.bfloat16).library == (
+        "onednn" if packed.onednn_packing_available(torch.bfloat16) else None)
     shipped_size = RightMultiplier(torch.randn(4096, 128))  # the shipped models' recurrent matrix: oneDNN only
-    assert shipped_size.library == ("onednn" if packed.onednn_packing_available() else None)
+    assert shipped_size.library == onednn
+
+
+def test_the_cpu_vendor_is_read_once_and_is_a_yes_or_no():
+    assert packed.intel_cpu() in (True, False) and packed.intel_cpu() is packed.intel_cpu()
 
 
 def test_small_matrices_are_not_packed():
@@ -133,18 +145,19 @@ def test_length_groups_keep_every_token_exact(fixture_model):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5])
-@pytest.mark.parametrize("shape, count", [((2048, 256), packed.ONE_ROW_BLOCKS), ((512, 1024), 16)])
-def test_one_row_blocks_give_the_plain_product(rows, shape, count):
+@pytest.mark.parametrize("library", ["onednn", "mkl"])
+@pytest.mark.parametrize("shape, count", [((2048, 512), packed.ONE_ROW_BLOCKS), ((512, 2048), 16)])
+def test_one_row_blocks_give_the_plain_product(rows, library, shape, count, monkeypatch):
     """A matrix held also in column blocks (batch 1's faster one-row product: 2 blocks of a wide matrix, 32-column
     blocks of a narrow one) multiplies like ``addmm``: with no addend, a bias and a per-row term; more rows take the
-    packed product."""
-    if not packed.onednn_packing_available():
-        pytest.skip("this PyTorch build has no oneDNN packed product (the blocks are made only beside it)")
+    packed product, by either library."""
+    _only(monkeypatch, library)
     torch.manual_seed(6)
     out, inner = shape
     weight, x = torch.randn(out, inner) / 16, torch.randn(rows, inner)  # large enough to be packed
     bias, per_row = torch.randn(out), torch.randn(rows, out)
     multiplier = RightMultiplier(weight, one_row_blocks=True)
+    assert multiplier.library == library
     assert multiplier.blocks is not None and multiplier.blocks.shape == (count, inner, out // count)
     assert multiplier.packed is None  # packed from the blocks at the first product of several rows
     other_copies = [name for name, value in vars(multiplier).items()
@@ -156,6 +169,8 @@ def test_one_row_blocks_give_the_plain_product(rows, shape, count):
                       (per_row, torch.addmm(per_row, x, weight_at_build.t()))):
         torch.testing.assert_close(multiplier(x, add), want, rtol=0, atol=1e-5)
     assert (multiplier.packed is not None) == (rows > 1)
+    if library == "mkl" and rows > 1:  # MKL's "original weight" argument is a shape alone: no second copy of W
+        assert multiplier.shape.shape == weight.shape and multiplier.shape.untyped_storage().nbytes() <= 4
 
 
 def test_how_many_one_row_blocks():

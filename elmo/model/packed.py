@@ -8,10 +8,12 @@ bf16 copies are packed by oneDNN too; on the AMD EPYC they gave the same bits as
 
 * oneDNN (``torch.ops.mkldnn._reorder_linear_weight`` / ``_linear_pointwise``), used first: measured on an AMD EPYC
   (Zen 4) at n = 32, 2.6x MKL's packed product on the recurrent matrix (189 vs 73 GFLOP/s) and 1.8x on the
-  projection, and above MKL's own 2,048 x 2,048 product (MKL takes a slower path on AMD CPUs); on the Intel Xeon
-  of the earlier benchmarks, within a few per cent of MKL's packed product (BENCHMARKS.md);
-* MKL (``cblas_sgemm_pack`` through ``torch.ops.mkl._mkl_linear``), where oneDNN is missing: 1.4x the unpacked
-  product for the recurrent matrix and 1.25x for the projection on that Intel Xeon.
+  projection, and above MKL's own 2,048 x 2,048 product (MKL takes a slower path on AMD CPUs);
+* MKL (``cblas_sgemm_pack`` through ``torch.ops.mkl._mkl_linear``), used first on Intel CPUs for the products of a
+  few rows (the per-step ones), and where oneDNN is missing: on an Intel Xeon with AMX (2 cores), at 8 / 16 / 32
+  rows 1.32x / 1.13x / 1.11x oneDNN's packed product for the recurrent matrix (302 vs 272 GFLOP/s at 32) and
+  1.42x / 1.17x / 1.10x for the projection, within a few per cent at 400-900 rows; on an Intel Xeon without AMX,
+  within a few per cent of oneDNN, and 1.4x the unpacked product for the recurrent matrix.
 
 oneDNN's packed product is also the fastest for a matrix multiplied by many rows at once (the input projections of
 a whole layer: 2.5x ``addmm`` at 26 rows, 1.5x at 800 on the AMD EPYC), so those are packed too where oneDNN is
@@ -23,6 +25,7 @@ multiplies faster than a transposed view; that path can also write into a caller
 from __future__ import annotations
 
 import functools
+import platform
 import threading
 import warnings
 
@@ -54,12 +57,33 @@ def mkl_packing_available() -> bool:
         packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, _ROWS_HINT)
         for rows in (1, 3, _ROWS_HINT, 77):
             x = torch.randn(rows, 24, generator=generator)
-            out = torch.ops.mkl._mkl_linear(x, packed, weight, None, rows)
+            out = torch.ops.mkl._mkl_linear(x, packed, shape_of(weight), None, rows)
             if not torch.allclose(out, x @ weight.t(), rtol=1e-5, atol=1e-5):
                 return False
         return True
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
+
+
+def shape_of(weight: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``weight``'s shape and dtype that holds no memory (one zero, expanded), for ``_mkl_linear``'s
+    "original weight" argument: told the row count it packed for, the packed product reads only that argument's
+    shape (it multiplies the original only when the row counts differ, which never happens here), so no second copy
+    of the matrix is kept for it. ``mkl_packing_available`` checks products made this way."""
+    return weight.new_zeros(()).expand(weight.shape)
+
+
+@functools.cache
+def intel_cpu() -> bool:
+    """Whether this is an Intel CPU, where MKL's packed product of a few rows is the faster one (module docstring)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return "GenuineIntel" in line
+    except OSError:
+        pass
+    return "GenuineIntel" in platform.processor()
 
 
 @functools.cache
@@ -118,17 +142,20 @@ def one_row_blocks_of(weight: torch.Tensor, count: int) -> torch.Tensor:
 
 def packing_library(weight: torch.Tensor, dtype: torch.dtype | None = None, many_rows: bool = False) -> str | None:
     """Which library ``RightMultiplier`` packs ``weight`` with for products in ``dtype``: "onednn", "mkl", or None
-    (a plain transposed copy). ``many_rows``: a matrix multiplied by many rows per call, packed by oneDNN only."""
+    (a plain transposed copy). ``many_rows``: a matrix multiplied by many rows per call, packed by oneDNN only.
+    A float32 matrix multiplied by a few rows at a time goes to MKL on Intel CPUs, to oneDNN elsewhere (module
+    docstring); a fixed rule, so the same machine always takes the same path."""
     dtype = dtype or weight.dtype
     if not (weight.dtype == torch.float32 and dtype in (torch.float32, torch.bfloat16)
             and weight.device.type == "cpu"):
         return None
+    mkl = (not many_rows and dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS
+           and mkl_packing_available())
+    if mkl and intel_cpu():
+        return "mkl"
     if weight.numel() >= MIN_ONEDNN_ELEMENTS and onednn_packing_available(dtype):
         return "onednn"
-    if (not many_rows and dtype == torch.float32 and weight.numel() >= MIN_PACKED_ELEMENTS
-            and mkl_packing_available()):
-        return "mkl"
-    return None
+    return "mkl" if mkl else None
 
 
 class RightMultiplier:
@@ -147,16 +174,12 @@ class RightMultiplier:
         # blocks in one batched product it streams faster than the packed product, for one more copy of the matrix
         self.blocks = None
         count = one_row_block_count(self.out_features)
-        if one_row_blocks and self.library == "onednn" and dtype == torch.float32 and count:
+        if one_row_blocks and self.library is not None and dtype == torch.float32 and count:
             self.blocks = one_row_blocks_of(weight.detach(), count)  # (S, in, out / S)
         self.packing = threading.Lock()  # the packed copy of a matrix held in blocks is made on first use, once
-        if self.library == "onednn":
+        if self.library is not None:
             if self.blocks is None:
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype).contiguous(),
-                                                                      _ROWS_HINT)
-        elif self.library == "mkl":
-            self.weight = weight.detach().contiguous()  # (out, in) MKL wants the original too
-            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, _ROWS_HINT)
+                self.packed = self._pack(weight.detach().to(dtype).contiguous())
         else:
             self.weight_t = weight.detach().t().to(dtype).contiguous()  # (in, out)
 
@@ -178,11 +201,12 @@ class RightMultiplier:
                 empty = x.new_zeros(0, self.out_features)
                 return empty if add is None else empty + add
             bias = add if add is not None and add.dim() == 1 and self.dtype == x.dtype else None
+            packed = self._packed()
             if self.library == "onednn":
-                product = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype).contiguous(), self._onednn_packed(),
+                product = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype).contiguous(), packed,
                                                              bias, "none", [], "").to(x.dtype)  # bf16: float32 result
-            else:
-                product = torch.ops.mkl._mkl_linear(x.contiguous(), self.packed, self.weight, bias, x.shape[0])
+            else:  # told the row count, the packed product reads only the shape of the "original"
+                product = torch.ops.mkl._mkl_linear(x.contiguous(), packed, self.shape, bias, x.shape[0])
             return product.add_(add) if add is not None and bias is None else product  # (n, out)
         if self.weight_t.dtype == x.dtype:
             if out is not None and out.dtype == x.dtype and out.device == x.device:
@@ -193,15 +217,22 @@ class RightMultiplier:
         return product if add is None else product + add
 
 
-    def _onednn_packed(self) -> torch.Tensor:
-        """oneDNN's packed copy. A matrix held in one-row blocks is packed from them at its first product of several
+    def _pack(self, weight: torch.Tensor) -> torch.Tensor:
+        """W (out, in), contiguous, in the product's dtype -> the library's packed copy."""
+        if self.library == "onednn":
+            return torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
+        self.shape = shape_of(weight)  # (out, in), no memory: see ``shape_of``
+        return torch.ops.mkl._mkl_reorder_linear_weight(weight, _ROWS_HINT)
+
+    def _packed(self) -> torch.Tensor:
+        """The packed copy. A matrix held in one-row blocks is packed from them at its first product of several
         rows, not when the engine is built: a sentence at a time never needs it, and the first vector comes ~0.1 s
         sooner for the original-size model (the blocks are a copy, so this is still the weight it was built from)."""
         if self.packed is None:
             with self.packing:
                 if self.packed is None:
                     weight = self.blocks.transpose(1, 2).reshape(self.out_features, -1).contiguous()  # (out, in)
-                    self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
+                    self.packed = self._pack(weight)
         return self.packed
 
 
