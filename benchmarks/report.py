@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--small-cpu-batches", type=int, default=30,
                         help="small-cpu: batches per trainer (300, ten windows, takes bilm-tf about 5 minutes)")
     parser.add_argument("--startup-sentences", type=int, default=480)
-    parser.add_argument("--memory-counts", default="24000,96000")
+    parser.add_argument("--memory-counts", default="24000,72000")
     args = parser.parse_args()
     wanted = args.sections.split(",")
     unknown = sorted(set(wanted) - set(SECTIONS))
