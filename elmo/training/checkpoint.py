@@ -9,7 +9,9 @@
 * ``optimizer.safetensors`` + ``optimizer.json``: the optimiser's tensors and its plain settings;
 * ``state.safetensors``: carried LSTM states and RNG states of every rank;
 * ``trainer.json``: step, tokens seen, elapsed time, every rank's data position (ranks above 0 leave the shared
-  ``pending`` sentences to rank 0's).
+  ``pending`` sentences to rank 0's), and the SHA-256 of the tensor files and the vocabulary as written
+  (``verify_checkpoint``: safetensors has no checksum of its own, so a flipped byte would otherwise load and train
+  on silently; the JSON files are checked field by field instead).
 
 Finding them (``list_checkpoints``, ``resolve_checkpoint``) is ``elmo.io.checkpoint``'s; a model named by a checkpoint,
 a run folder or an exported folder is resolved (``elmo.io.resolve``) into files the loaders build from.
@@ -41,6 +43,7 @@ from elmo.io.checkpoint import CHECKPOINT_FILES, PREFIX, is_checkpoint, list_che
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import LEGACY_TOKENIZER_NAME, ModelFileError, load_state_strict, save_model
+from elmo.io.work_folder import file_sha256
 from elmo.io.resolve import read_resolved
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint_fields import check_optimizer_record, check_trainer_record
@@ -49,6 +52,8 @@ from elmo.training.softmax import LMSoftmax
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_EXTRA = 1 << 20  # bytes beside the tensors: vocabulary, JSON, file headers (an upper guess)
+HASHED_FILES = ("model.safetensors", "softmax.safetensors", "vocab.txt", "optimizer.safetensors",
+                "state.safetensors")  # their SHA-256 is in trainer.json (about 1 s per GB to write and to check)
 
 
 def flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -111,9 +116,11 @@ def save_checkpoint(run_dir: str | Path, step: int, bilm: BiLM, softmax: torch.n
             _save_tensors(opt_tensors, tmp / "optimizer.safetensors")
             _write_json(tmp / "optimizer.json", opt_plain)
         _save_tensors(tensors, tmp / "state.safetensors")
-        _write_json(tmp / "trainer.json", {"step": step, **trainer})
         for file in tmp.iterdir():  # every file's bytes on disk before the rename, and before older ones go
             sync_file(file)
+        checksums = {name: file_sha256(tmp / name) for name in HASHED_FILES if (tmp / name).is_file()}
+        _write_json(tmp / "trainer.json", {"step": step, **trainer, "sha256": checksums})
+        sync_file(tmp / "trainer.json")
         sync_folder(tmp)
         if final.exists():  # a rerun reaching the same step: replace it, if it is a checkpoint of ours alone
             if not is_checkpoint(final) or _others_in(final):
@@ -152,8 +159,11 @@ def _others_in(checkpoint: Path) -> list[str]:
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Everything a checkpoint holds; the optimizer part is absent for exported LM directories."""
     root = resolve_checkpoint(path)
-    bilm = load_files(ModelFiles.of_folder(root))
     try:
+        settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
+        check_trainer_record(settings["trainer.json"], root / "trainer.json")
+        verify_checkpoint(root, settings["trainer.json"])
+        bilm = load_files(ModelFiles.of_folder(root))
         softmax = load_file(str(root / "softmax.safetensors"))
         tensors = load_file(str(root / "state.safetensors"))
         optimizer = None
@@ -161,17 +171,31 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             plain = _json(root / "optimizer.json")
             check_optimizer_record(plain, root / "optimizer.json")
             optimizer = unflatten_optimizer(load_file(str(root / "optimizer.safetensors")), plain)
-        settings = {name: _json(root / name) for name in ("train_config.json", "trainer.json")}
         vocab = Vocabulary.load(root / "vocab.txt")  # the softmax's words: without them it cannot go on
     except ModelFileError:
         raise
     except (SafetensorError, OSError, ValueError) as err:
         raise ModelFileError(f"{root}: damaged checkpoint ({err}); move it away and resume from the run's "
                              f"previous checkpoint") from None
-    check_trainer_record(settings["trainer.json"], root / "trainer.json")
     check_softmax_rows(softmax, vocab, root / "vocab.txt", root / "softmax.safetensors")
     return Checkpoint(root, bilm, softmax, vocab, settings["train_config.json"],
                       optimizer, tensors, settings["trainer.json"])
+
+
+def verify_checkpoint(root: Path, record: dict[str, Any], names: tuple[str, ...] = HASHED_FILES) -> None:
+    """Each of ``names`` in checkpoint ``root`` against the SHA-256 its trainer.json (``record``, already checked)
+    recorded as the checkpoint was written; a file that differs is refused in one line. A missing file is left to
+    its loader, which says what it means (no optimizer state: ``--init-from``; no vocabulary: put it back).
+    Checkpoints written before hashes were recorded have none to check."""
+    recorded = record.get("sha256", {})
+    for name in names:
+        path = root / name
+        if name not in recorded or not path.is_file():
+            continue
+        if file_sha256(path) != recorded[name]:
+            raise ModelFileError(f"{path}: its bytes are not the ones written into this checkpoint (their SHA-256 is "
+                                 f"in trainer.json): damaged or changed since; move {root.name} away and use the "
+                                 f"run's previous checkpoint")
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -213,6 +237,8 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
     if not files.vocab.exists():  # a softmax's rows mean nothing without their words
         raise ModelFileError(f"{files.vocab}: missing beside {files.softmax.name}, whose rows are its words; put back "
                              f"the vocab.txt this model was trained with (its run's checkpoints hold it)")
+    if (record := _hashes_of(files.folder)) is not None:
+        verify_checkpoint(files.folder, record, ("model.safetensors", "softmax.safetensors", "vocab.txt"))
     bilm = load_files(files)
     vocab = Vocabulary.load(files.vocab)
     with torch.device("meta"):  # no memory until the file's tensors, checked against the vocabulary, are assigned
@@ -224,6 +250,20 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
     check_softmax_rows(state, vocab, files.vocab, files.softmax)
     load_state_strict(softmax, state, str(files.softmax), assign=True)
     return bilm, softmax.eval(), vocab
+
+
+def _hashes_of(folder: Path) -> dict[str, Any] | None:
+    """A checkpoint's trainer.json, where ``folder`` is a checkpoint whose trainer.json can be read and checked (its
+    hashes are then trusted); None otherwise (an exported folder, or a record damaged: the language model's own
+    files do not depend on it, and their loaders check them)."""
+    if not is_checkpoint(folder):
+        return None
+    try:
+        record = _json(folder / "trainer.json")
+        check_trainer_record(record, folder / "trainer.json")
+        return record
+    except (UsageError, ModelFileError, OSError):
+        return None
 
 
 def check_softmax_rows(state: dict[str, torch.Tensor], vocab: Vocabulary, vocab_file: Path, softmax_file: Path) -> None:

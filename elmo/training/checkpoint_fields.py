@@ -52,7 +52,8 @@ def _number(value: Any, path: Path, field: str) -> float:
 
 
 def check_trainer_record(record: Any, path: Path) -> None:
-    """trainer.json: step, tokens_seen, elapsed, world, files, and each rank's two data positions."""
+    """trainer.json: step, tokens_seen, elapsed, world, files, the checkpoint's own files' hashes, and each rank's two
+    data positions."""
     if not isinstance(record, dict):
         raise _fail(path, "the file", f"must hold a JSON object, got {type(record).__name__}")
     for key in ("step", "tokens_seen"):
@@ -75,6 +76,11 @@ def check_trainer_record(record: Any, path: Path) -> None:
     if not isinstance(hashes, list) or (hashes and len(hashes) != len(files)) or not all(
             isinstance(h, str) and len(h) == 64 for h in hashes):
         raise _fail(path, "file_hashes", f"must be a list of {len(files)} SHA-256 hashes, one per file")
+    checksums = record.get("sha256", {})  # absent in checkpoints written before they were recorded
+    if not isinstance(checksums, dict) or not all(
+            isinstance(name, str) and "/" not in name and isinstance(h, str) and len(h) == 64
+            for name, h in checksums.items()):
+        raise _fail(path, "sha256", "must map file names of the checkpoint to their SHA-256 hashes")
     data = record.get("data")
     if not isinstance(data, list) or len(data) != world:
         raise _fail(path, "data", f"must be a list of {world} rank(s), got {type(data).__name__}"

@@ -12,7 +12,7 @@ from elmo.data.vocab import Vocabulary
 from elmo.io.checkpoint import list_checkpoints
 from elmo.training.trainer import Trainer
 from tests.conftest import micro_train_config
-from tests.reliability.tiny import cli, one_error_line, text_file
+from tests.reliability.tiny import cli, one_error_line, reseal, text_file
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,11 @@ def test_pruning_keeps_a_checkpoint_holding_the_users_files(run, tmp_path, caplo
 
 
 def _edit(path, name, change):
+    """Change one tensor of a checkpoint's file, its hash recorded again (the structural checks behind the hash)."""
     tensors = load_file(str(path))
     tensors[name] = change(tensors[name])
     save_file(tensors, str(path))
+    reseal(path.parent)
 
 
 @pytest.mark.parametrize("file, name, change, fragment", [
@@ -80,8 +82,57 @@ def test_a_missing_optimizer_tensor_is_one_line(run, tmp_path):
     tensors = load_file(str(path))
     del tensors["0.sum"]
     save_file(tensors, str(path))
+    reseal(path.parent)
     with pytest.raises(Exception, match="0.sum is missing"):
         _resume(text, vocab, folder)
+
+
+def _flip_a_byte(path, from_end=100):
+    """One byte inside the tensor data (far from the header): the file still loads as safetensors."""
+    data = bytearray(path.read_bytes())
+    data[-from_end] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("file", ["model.safetensors", "softmax.safetensors", "optimizer.safetensors",
+                                  "state.safetensors", "vocab.txt"])
+def test_a_flipped_byte_in_a_checkpoint_is_refused_on_resume(run, tmp_path, file):
+    """safetensors has no checksum: a flipped bit in a weight loaded and trained on silently (exit 0)."""
+    text, vocab, folder = _copy(run, tmp_path)
+    path = folder / "step-00000003" / file
+    if file == "vocab.txt":
+        path.write_text(path.read_text().replace("w1\n", "w7\n", 1))  # one word for another: the same count
+    else:
+        _flip_a_byte(path)
+    load_file(str(path)) if file != "vocab.txt" else None  # still a readable file: only the hash can tell
+    with pytest.raises(Exception) as err:
+        _resume(text, vocab, folder)
+    assert type(err.value).__name__ == "ModelFileError", str(err.value)
+    message = str(err.value)
+    assert "\n" not in message and f"step-00000003/{file}: its bytes are not the ones written" in message, message
+    assert "previous checkpoint" in message
+    assert [p.name for p in list_checkpoints(folder)][-1] == "step-00000003"  # nothing trained, nothing saved
+
+
+@pytest.mark.parametrize("command", ["export", "score", "perplexity"])
+def test_a_flipped_byte_in_a_checkpoints_weights_is_refused_by_the_language_model_commands(run, tmp_path, capsys,
+                                                                                           command):
+    text, vocab, folder = _copy(run, tmp_path)
+    _flip_a_byte(folder / "step-00000003" / "softmax.safetensors")
+    argument = {"export": tmp_path / "exported", "score": "w1 w2 w3", "perplexity": text}[command]
+    rc, err = cli(capsys, command, folder / "step-00000003", argument)
+    assert rc == 1 and not (tmp_path / "exported").exists()
+    one_error_line(err, "softmax.safetensors: its bytes are not the ones written")
+
+
+def test_a_checkpoint_records_the_hash_of_every_file_it_holds_but_its_json(run):
+    from elmo.io.work_folder import file_sha256
+
+    text, vocab, folder = run
+    checkpoint = list_checkpoints(folder)[-1]
+    recorded = json.loads((checkpoint / "trainer.json").read_text())["sha256"]
+    assert set(recorded) == {p.name for p in checkpoint.iterdir() if p.suffix != ".json"}
+    assert all(file_sha256(checkpoint / name) == digest for name, digest in recorded.items())
 
 
 def test_a_renamed_checkpoint_is_refused(run, tmp_path, capsys):
@@ -154,6 +205,7 @@ def _pruned_while_read(monkeypatch, folder, save_next=True):
             save_file(weights, str(following / "model.safetensors"))
             record = json.loads((following / "trainer.json").read_text()) | {"step": step + 1}
             (following / "trainer.json").write_text(json.dumps(record))
+            reseal(following)
         calls.append(path)
         if path == newest:
             shutil.rmtree(newest, ignore_errors=True)
@@ -218,6 +270,7 @@ def test_a_newest_checkpoint_pruned_between_the_listing_and_its_check_gives_the_
             save_file(weights, str(following / "model.safetensors"))
             record = json.loads((following / "trainer.json").read_text())
             (following / "trainer.json").write_text(json.dumps(record | {"step": record["step"] + 1}))
+            reseal(following)
             shutil.rmtree(newest)
         return found
 
@@ -254,6 +307,7 @@ def test_a_checkpoint_whose_vocabulary_was_cut_short_names_it_on_resume(run, tmp
     text, vocab, folder = _copy(run, tmp_path)
     words = folder / "step-00000003" / "vocab.txt"
     words.write_text("".join(words.read_text().splitlines(keepends=True)[:10]))
+    reseal(words.parent)
     with pytest.raises(Exception) as err:
         _resume(text, vocab, folder)
     assert type(err.value).__name__ == "ModelFileError", str(err.value)

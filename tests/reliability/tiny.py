@@ -96,3 +96,15 @@ def interrupt_after_chunks(monkeypatch, done: int):
 
     monkeypatch.setattr(embed_file_module, "_embed_chunk", dying)
     return original
+
+
+def reseal(checkpoint: Path) -> None:
+    """Record a hand-edited checkpoint's files' SHA-256 in its trainer.json, as ``save_checkpoint`` does for the files
+    it writes: a test that edits a file to reach a later check (or to fake the run's next checkpoint) gets past the
+    hash check, which ``test_checkpoint_trust`` tests on its own."""
+    from elmo.io.work_folder import file_sha256
+
+    record = json.loads((checkpoint / "trainer.json").read_text(encoding="utf-8"))
+    record["sha256"] = {name: file_sha256(checkpoint / name) for name in record.get("sha256", {})
+                        if (checkpoint / name).is_file()}
+    (checkpoint / "trainer.json").write_text(json.dumps(record), encoding="utf-8")
