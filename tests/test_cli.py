@@ -188,10 +188,12 @@ def test_convert_into_the_folder_of_the_pair_it_reads_is_refused(tmp_path, capsy
 
     shutil.copy(OPTIONS, tmp_path / "elmo_options.json")
     shutil.copy(WEIGHTS, tmp_path / "elmo_weights.hdf5")
-    assert main(["convert", "--options", str(tmp_path / "elmo_options.json"), "--weights",
-                 str(tmp_path / "elmo_weights.hdf5"), "--to", "official", str(tmp_path)]) == 2
-    assert "holds the pair being converted" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["elmo_options.json", "elmo_weights.hdf5"]
+    for to in ("official", "ours"):  # ours: config.json + model.safetensors beside the pair, also two models
+        assert main(["convert", "--options", str(tmp_path / "elmo_options.json"), "--weights",
+                     str(tmp_path / "elmo_weights.hdf5"), "--to", to, str(tmp_path)]) == 2
+        err = capsys.readouterr().err  # the message named options.json, which --to ours does not write
+        assert "holds the model being converted" in err and "second model" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["elmo_options.json", "elmo_weights.hdf5"]
 
 
 def test_embed_records_the_model_as_the_python_api_does(tmp_path, monkeypatch):

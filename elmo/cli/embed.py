@@ -76,10 +76,6 @@ def _fit_columns(text: str, width: int) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
-    if args.to == "official" and args.options and Path(args.output).is_dir() and any(
-            Path(args.output).resolve() == Path(f).resolve().parent for f in (args.options, args.weights)):
-        raise CommandLineError(f"{args.output} holds the pair being converted: a second options.json + weight file "
-                               f"beside it would leave the folder two models; give another folder")
     written = ("options.json", "weights.hdf5") if args.to == "official" else ("config.json", "model.safetensors")
     check_replaceable_folder(args.output, written)  # new, empty, or an earlier conversion (replaced); an export or
     # run folder would become two models (a usage error: exit 2)

@@ -92,6 +92,10 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
             except NotAFileError as err:
                 raise CommandLineError(str(err)) from None
         for name, given in named:
+            if command == "elmo convert" and (same_file(output, name) or same_file(Path(name).parent, output)):
+                raise CommandLineError(f"{output}: holds the model being converted ({given}); converted into its own "
+                                       f"folder, the copy would overwrite it or sit beside it as a second model: "
+                                       f"give another folder")
             if same_file(output, name):
                 what = f"the input {name}" if name == given else f"{name}, part of the input {given}"
                 raise CommandLineError(f"{output}: is {what}; the command would overwrite its own input: give "
