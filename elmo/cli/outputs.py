@@ -105,8 +105,8 @@ def check_outputs(args: argparse.Namespace, command: str) -> None:
                                        f"{name}: give another folder")
         if folder_names is not None and (blocked := file_in_the_way(output)):  # before anything is loaded
             raise CommandLineError(blocked)
-        if (folder_names is not None and checkpoint_step(Path(output)) is not None and not is_checkpoint(Path(output))
-                and list_checkpoints(Path(output).parent)):  # the run would refuse to resume beside it
+        if (checkpoint_step(Path(output)) is not None and not is_checkpoint(Path(output))
+                and list_checkpoints(Path(output).parent)):  # the run would refuse to resume beside it (file or folder)
             raise CommandLineError(f"{output}: named as a checkpoint of the run in {Path(output).parent}, which would "
                                    f"refuse to resume or prune beside a folder of that name that is not one: give "
                                    f"another name")

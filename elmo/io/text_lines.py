@@ -62,14 +62,33 @@ def wide_encoding(first_line: bytes) -> tuple[str, str] | None:
     return None
 
 
-def is_gzip(path: str | Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
+class _GzipOver(gzip.GzipFile):
+    """A gzip stream over a file opened for it, closing that file too (``gzip.GzipFile(fileobj=...)`` leaves it
+    open)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def open_binary(path: str | Path) -> BinaryIO:
-    """The file's bytes, gunzipped if it is gzip."""
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+    """The file's bytes, gunzipped if it is gzip. The file is opened once and its first bytes are looked at without
+    being consumed, so a pipe (``<(...)``, ``/dev/stdin``, a named FIFO) is read whole: opening it a second time
+    lost what the first look had buffered (4 KiB) or waited for ever for another writer."""
+    raw = open(path, "rb")
+    try:
+        if raw.peek(2)[:2] == GZIP_MAGIC:
+            return _GzipOver(raw)
+    except BaseException:
+        raw.close()
+        raise
+    return raw
 
 
 class Utf8Lines:

@@ -157,3 +157,49 @@ def test_the_python_api_refuses_arguments_that_would_give_a_wrong_result(model):
     top = nearest(found[0], found, layer=-1, k=2)
     assert [o.sentence for _, o in top] == [o.sentence for _, o in nearest(found[0], found, layer=2, k=2)]
     assert sense_separation(found, layer=-1) == sense_separation(found, layer=2)
+
+
+def _through_a_fifo(folder, name: str, text: str):
+    """A named pipe that a thread fills with ``text`` once a reader opens it (as `<(cat file)` or `/dev/stdin`)."""
+    import os
+    import threading
+
+    fifo = folder / name
+    os.mkfifo(fifo)
+
+    def write():
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return fifo, thread
+
+
+def test_a_pipe_is_read_whole_by_the_commands_that_read_their_text_once(model, tmp_path, capsys):
+    """`similar --sentences <(cat s.txt)` and `dump-token-embeddings <(cat v.txt)` lost the first 4 KiB (the gzip
+    check's look, then a second open), exit 0 with other rows and line numbers; a named FIFO hung for ever."""
+    import h5py
+    import numpy as np
+
+    sentences = "the bank one\n" + "filler words here\n" * 400 + "the bank two\na bank three\n"  # 7 KB
+    (tmp_path / "s.txt").write_text(sentences, encoding="utf-8")
+    outputs = []
+    for source in (tmp_path / "s.txt", None):
+        fifo, thread = (source, None) if source else _through_a_fifo(tmp_path, "s.fifo", sentences)
+        capsys.readouterr()
+        rc = main(["similar", "bank", "--sentences", str(fifo), "--model", str(model), "-k", "1"])
+        outputs.append(capsys.readouterr().out)
+        assert rc == 0
+        if thread is not None:
+            thread.join(10)
+    assert outputs[0] == outputs[1] and "[line 403] a bank three" in outputs[0], outputs
+    words = "".join(f"word{i}\n" for i in range(3000))  # 26 KB
+    (tmp_path / "v.txt").write_text(words, encoding="utf-8")
+    fifo, thread = _through_a_fifo(tmp_path, "v.fifo", words)
+    for source, out in ((tmp_path / "v.txt", "file.hdf5"), (fifo, "pipe.hdf5")):
+        rc, err = cli(capsys, "dump-token-embeddings", source, tmp_path / out, "--model", model)
+        assert rc == 0, err
+    with h5py.File(tmp_path / "file.hdf5") as a, h5py.File(tmp_path / "pipe.hdf5") as b:
+        assert a["embedding"].shape == b["embedding"].shape == (3000, a["embedding"].shape[1])
+        assert np.array_equal(a["embedding"][()], b["embedding"][()])

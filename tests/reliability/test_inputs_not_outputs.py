@@ -229,14 +229,18 @@ def test_the_python_api_never_writes_over_the_models_own_files(tmp_path):
             embed_file(model, tmp_path / "in.txt", tmp_path / name, progress=False)
 
 
-@pytest.mark.parametrize("command", ["export", "convert"])
-def test_a_folder_output_named_as_a_checkpoint_of_a_run_is_refused(tmp_path, capsys, command):
-    """`elmo export RUN RUN/step-00000009` was written, and the run then refused to resume ("named like a
-    checkpoint of elmo's but not one") until the user moved it."""
+@pytest.mark.parametrize("command", ["export", "convert", "embed", "dump-token-embeddings"])
+def test_an_output_named_as_a_checkpoint_of_a_run_is_refused(tmp_path, capsys, command):
+    """`elmo export RUN RUN/step-00000009` was written (a folder; `embed` and `dump-token-embeddings` a file of that
+    name, exit 0), and the run then refused to resume ("named like a checkpoint of elmo's but not one") until the
+    user moved it."""
     run = micro_run(tmp_path)
     target = run / "step-00000009"
-    args = (["export", run, target] if command == "export" else
-            ["convert", "--model", run, "--to", "official", target])
+    (tmp_path / "one.txt").write_text("w1 w2\n", encoding="utf-8")
+    args = {"export": ["export", run, target],
+            "convert": ["convert", "--model", run, "--to", "official", target],
+            "embed": ["embed", tmp_path / "one.txt", target, "--top", "--model", run],
+            "dump-token-embeddings": ["dump-token-embeddings", tmp_path / "one.txt", target, "--model", run]}[command]
     rc, err = cli(capsys, *args)
     assert rc == 2 and not target.exists()
     one_error_line(err, "step-00000009", "named as a checkpoint of the run")
