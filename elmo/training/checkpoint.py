@@ -43,8 +43,8 @@ from elmo.io.checkpoint import CHECKPOINT_FILES, PREFIX, is_checkpoint, list_che
 from elmo.io.load import load_files
 from elmo.io.model_files import ModelFiles
 from elmo.io.native import LEGACY_TOKENIZER_NAME, ModelFileError, load_state_strict, save_model
-from elmo.io.work_folder import file_sha256
 from elmo.io.resolve import read_resolved
+from elmo.io.work_folder import file_sha256
 from elmo.model.bilm import BiLM
 from elmo.training.checkpoint_fields import check_optimizer_record, check_trainer_record
 from elmo.training.softmax import LMSoftmax
@@ -237,8 +237,9 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
     if not files.vocab.exists():  # a softmax's rows mean nothing without their words
         raise ModelFileError(f"{files.vocab}: missing beside {files.softmax.name}, whose rows are its words; put back "
                              f"the vocab.txt this model was trained with (its run's checkpoints hold it)")
-    if (record := _hashes_of(files.folder)) is not None:
-        verify_checkpoint(files.folder, record, ("model.safetensors", "softmax.safetensors", "vocab.txt"))
+    if (record := _checkpoint_record(files.folder)) is not None:  # the files read here, against their hashes
+        read = (files.weights, files.softmax, files.vocab)
+        verify_checkpoint(files.folder, record, tuple(path.name for path in read))
     bilm = load_files(files)
     vocab = Vocabulary.load(files.vocab)
     with torch.device("meta"):  # no memory until the file's tensors, checked against the vocabulary, are assigned
@@ -252,7 +253,7 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
     return bilm, softmax.eval(), vocab
 
 
-def _hashes_of(folder: Path) -> dict[str, Any] | None:
+def _checkpoint_record(folder: Path) -> dict[str, Any] | None:
     """A checkpoint's trainer.json, where ``folder`` is a checkpoint whose trainer.json can be read and checked (its
     hashes are then trusted); None otherwise (an exported folder, or a record damaged: the language model's own
     files do not depend on it, and their loaders check them)."""
