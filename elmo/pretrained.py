@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elmo.config import ConfigError, ElmoConfig
-from elmo.errors import UsageError
+from elmo.errors import ElmoError, UsageError
 from elmo.io.atomic import atomic_path
 from elmo.io.download import DownloadError, HashMismatchError, cache_dir, env_switch, fetch
 from elmo.io.work_folder import file_sha256
 from elmo.io.file_kinds import describe_file, is_weight_file
 from elmo.io.model_files import ModelFiles
+from elmo.io.official import load_official
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"
 DEFAULT_MODEL = "en"
@@ -92,13 +93,41 @@ def resolve(name: str, progress: bool = True) -> ModelFiles:
         raise UsageError(unknown_name_message(name))
     entry = OFFICIAL[name]
     folder = cache_dir() / entry.folder
-    return ModelFiles(_fetch_pinned(entry.options_url, entry.options_sha256, folder, progress),
-                      _fetch_pinned(entry.weights_url, entry.weights_sha256, folder, progress), name=name,
-                      official=True)
+    made = not folder.exists()
+    try:
+        options, options_record = _fetch_pinned(entry.options_url, entry.options_sha256, folder, progress)
+        weights, weights_record = _fetch_pinned(entry.weights_url, entry.weights_sha256, folder, progress)
+        trusted_now = [(path, record) for path, record in ((options, options_record), (weights, weights_record))
+                       if record is not None]
+        if trusted_now:
+            _check_pair(entry, options, weights, [path for path, _ in trusted_now])
+    except BaseException:
+        if made and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # made for this download, which kept nothing
+        raise
+    for path, record in trusted_now:
+        with atomic_path(record) as tmp:
+            tmp.write_text(file_sha256(path) + "\n", encoding="utf-8")
+    return ModelFiles(options, weights, name=name, official=True)
 
 
-def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) -> Path:
-    """``fetch`` with the registry's hash, or the hash recorded on first use when the registry has none."""
+def _check_pair(entry: OfficialModel, options: Path, weights: Path, downloaded: list[Path]) -> None:
+    """Before a first download is trusted (its hash recorded), the pair must load as every later use loads it: the
+    weights of the options' shapes, every value finite. Another model's weights, or a damaged file, would otherwise be
+    trusted and refused on every later use, with no way out; the files downloaded now are removed."""
+    try:
+        load_official(options, weights)
+    except ElmoError as err:
+        for path in downloaded:
+            path.unlink(missing_ok=True)
+        raise DownloadError(f"{entry.weights_url}: the download does not load with its options ({err}); nothing "
+                            f"was kept: try again later, or download both files yourself and pass them "
+                            f"(--options/--weights)") from None
+
+
+def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) -> tuple[Path, Path | None]:
+    """``fetch`` with the registry's hash, or the hash recorded on first use when the registry has none: (the file,
+    the hash record to write once the model's files load together, or None: pinned or already recorded)."""
     name = url.rsplit("/", 1)[-1]
     record = folder / (name + ".sha256")
     if sha256 is None and record.is_file():
@@ -106,13 +135,13 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
         if not re.fullmatch(r"[0-9a-f]{64}", recorded):
             raise DownloadError(f"{record}: damaged hash record; delete it (and {folder / name}) to download again")
         try:
-            return fetch(url, recorded, name=name, directory=folder, progress=progress)
+            return fetch(url, recorded, name=name, directory=folder, progress=progress), None
         except HashMismatchError:
             raise DownloadError(f"{url}: the download does not match the sha256 recorded on its first use in "
                                 f"{record}; the file was not kept. If the server's file changed on purpose, delete "
                                 f"that record (with ELMO_ALLOW_UNPINNED=1 the next download is trusted)") from None
     if sha256 is not None:
-        return fetch(url, sha256.lower(), name=name, directory=folder, progress=progress)
+        return fetch(url, sha256.lower(), name=name, directory=folder, progress=progress), None
     if not env_switch("ELMO_ALLOW_UNPINNED", False):
         raise DownloadError(f"{url}: this release has no pinned sha256 for it; download it yourself and pass "
                             f"the local files (--options/--weights, or a folder holding options.json and the .hdf5 as "
@@ -121,9 +150,7 @@ def _fetch_pinned(url: str, sha256: str | None, folder: Path, progress: bool) ->
     # is what its name says
     path = fetch(url, None, name=name, directory=folder, progress=progress, verify=False, fresh=True,
                  check=lambda downloaded: _check_first_download(url, downloaded, options=name.endswith(".json")))
-    with atomic_path(record) as tmp:
-        tmp.write_text(file_sha256(path) + "\n", encoding="utf-8")
-    return path
+    return path, record
 
 
 def _check_first_download(url: str, path: Path, options: bool) -> None:

@@ -89,6 +89,49 @@ def test_a_first_download_that_is_no_model_file_is_not_trusted(official_small, m
     assert (cached / (name + ".sha256")).is_file()
 
 
+def _other_models_weights(path):
+    from elmo.io.official import export_official
+    from tests.conftest import random_bilm, small_config
+    _, weights = export_official(random_bilm(small_config(dim=12)), path.parent / "other")
+    shutil.copy(weights, path)
+
+
+def _one_nan(path):
+    import h5py
+    with h5py.File(path, "r+") as f:
+        data = f["char_embed"]
+        values = data[()]
+        values[1, 0] = np.nan
+        data[...] = values
+
+
+@pytest.mark.parametrize("spoil", [_other_models_weights, _one_nan])
+def test_a_first_download_that_does_not_load_with_its_options_is_not_trusted(official_small, monkeypatch, spoil):
+    """Weights of another model (or holding a NaN) were trusted on first use, their hash recorded: every later use
+    failed "check that the two files belong together", even once the server had the right file."""
+    entry, served, _ = official_small
+    monkeypatch.setenv("ELMO_ALLOW_UNPINNED", "1")
+    name = f"elmo_{entry.folder}_weights.hdf5"
+    good = (served / name).read_bytes()
+    spoil(served / name)
+    with pytest.raises(DownloadError, match="the download does not load with its options.*nothing was kept"):
+        load_bilm("small")
+    cached = pretrained.cache_dir() / entry.folder
+    assert not list(cached.glob("*.sha256")) and not (cached / name).exists()
+    (served / name).write_bytes(good)  # the server is fixed: the next use downloads and trusts the real pair
+    load_bilm("small")
+    assert len(list(cached.glob("*.sha256"))) == 2
+
+
+def test_a_failed_first_download_leaves_no_empty_folder(official_small, monkeypatch):
+    entry, served, _ = official_small
+    monkeypatch.setenv("ELMO_ALLOW_UNPINNED", "1")
+    (served / f"elmo_{entry.folder}_options.json").write_text("<!DOCTYPE html><html></html>\n")
+    with pytest.raises(DownloadError, match="the download is an HTML/XML page"):
+        load_bilm("small")
+    assert not (pretrained.cache_dir() / entry.folder).exists()
+
+
 def test_offline_the_cli_says_how_to_pass_local_files(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(pretrained, "_S3", "http://127.0.0.1:9")  # nothing listens on port 9
     monkeypatch.setenv("ELMO_CACHE", str(tmp_path))

@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import ssl
 import tarfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -31,6 +33,12 @@ class DownloadError(ElmoError, OSError):
 
 class HashMismatchError(DownloadError):
     """A complete download whose sha256 is not the expected one (nothing was kept)."""
+
+
+BLOCK_BYTES = 1 << 16  # read at most this much at a time: the progress bar moves on a slow connection too
+STALL_SECONDS = 300.0  # a server that sends under STALL_BYTES in this long is given up on (a read's own timeout
+STALL_BYTES = 64 << 10  # only catches silence: one byte every 20 s would otherwise hold the command for ever)
+LOCAL_FILES = "(--options/--weights, or a folder holding them as --model or --init-from)"
 
 
 def cache_dir() -> Path:
@@ -96,13 +104,11 @@ def fetch(url: str, sha256: str | None, name: str | None = None, directory: str 
                             f"nothing was kept: try again") from None
     except urllib.error.HTTPError as err:  # the server answered: no use saying offline
         raise DownloadError(f"{url}: the server answered {err.code} ({err.reason}); nothing was kept: try again "
-                            f"later, or download it yourself and pass the local files (--options/--weights, or a "
-                            f"folder holding them as --model or --init-from)") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as err:
-        reason = getattr(err, "reason", err)
-        raise DownloadError(f"{url}: cannot download ({reason}); offline, download it elsewhere and pass the "
-                            f"local files (--options/--weights, or a folder holding them as --model or --init-from)"
-                            ) from None
+                            f"later, or download it yourself and pass the local files {LOCAL_FILES}") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, ssl.SSLError) as err:
+        reason = getattr(err, "reason", err)  # refused, unreachable, reset or garbled midway: nothing was kept
+        raise DownloadError(f"{url}: cannot download ({reason}); nothing was kept: try again, or (offline) download "
+                            f"it elsewhere and pass the local files {LOCAL_FILES}") from None
     return target
 
 
@@ -115,18 +121,25 @@ def _declared_length(response) -> int | None:
 
 def _receive(response, tmp: Path, target: Path, total: int | None, progress: bool) -> tuple[str, int]:
     """Stream the body into ``tmp``: (sha256, bytes). A failed write (a full disk) is one line naming ``target``;
-    a network error, raised by the reads outside ``write_errors``, comes through as it is."""
+    a network error, raised by the reads outside ``write_errors``, comes through as it is, and so does a stall
+    (under ``STALL_BYTES`` in ``STALL_SECONDS``)."""
     digest, received = hashlib.sha256(), 0
+    window_start, window_bytes = time.monotonic(), 0
     with write_errors(target, total):
         out = open(tmp, "wb")
     try:
         with tqdm(total=total, unit="B", unit_scale=True, disable=not progress, desc=target.name) as bar:
-            while block := response.read(1 << 20):
+            while block := response.read1(BLOCK_BYTES):  # what has arrived, up to a block
                 with write_errors(target, total):
                     out.write(block)
                 digest.update(block)
                 received += len(block)
                 bar.update(len(block))
+                window_bytes += len(block)
+                if time.monotonic() - window_start >= STALL_SECONDS:
+                    if window_bytes < STALL_BYTES:
+                        raise TimeoutError(f"{window_bytes:,} bytes in the last {STALL_SECONDS:g} s")
+                    window_start, window_bytes = time.monotonic(), 0
     finally:
         with write_errors(target, total):
             out.close()

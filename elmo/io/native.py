@@ -46,7 +46,8 @@ def save_model(model: BiLM, out_dir: str | Path, dtype: torch.dtype | None = Non
                      "the model's weights")
     out.mkdir(parents=True, exist_ok=True)
     with write_errors(out / WEIGHTS_NAME), atomic_path(out / WEIGHTS_NAME) as tmp:  # safetensors' own error too
-        save_file(state, str(tmp), metadata={"format": "elmo", "version": str(FORMAT_VERSION)})
+        # one metadata key: safetensors writes several in a random order, and the same model would hash differently
+        save_file(state, str(tmp), metadata={"format": f"elmo {FORMAT_VERSION}"})
     config = {"format_version": FORMAT_VERSION, TOKENIZER_KEY: model.tokenizer_name, **model.config.to_options()}
     with atomic_path(out / CONFIG_NAME) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

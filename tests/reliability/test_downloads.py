@@ -42,7 +42,7 @@ def test_checksum_mismatch_keeps_nothing(server, tmp_path):
 def test_unpinned_or_unreachable_downloads_are_refused(tmp_path):
     with pytest.raises(DownloadError, match="no sha256 pinned"):
         fetch("http://127.0.0.1:9/x", "", directory=tmp_path)
-    with pytest.raises(DownloadError, match="offline, download it elsewhere"):
+    with pytest.raises(DownloadError, match=r"cannot download .*try again, or \(offline\) download it elsewhere"):
         fetch("http://127.0.0.1:9/x", "a" * 64, directory=tmp_path, progress=False, timeout=2)
 
 
@@ -265,4 +265,57 @@ def test_a_temporary_file_removed_under_a_running_download_is_one_line(odd_serve
     monkeypatch.setattr(download_module, "_receive", then_removed)
     with pytest.raises(DownloadError, match="temporary file was removed while it ran"):
         fetch(f"{url}/w.hdf5", hashlib.sha256(_Odd.BODY).hexdigest(), directory=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Declares 1,000 bytes and sends them one at a time, 20 ms apart (a server that never quite stops)."""
+
+    def do_GET(self):
+        import time
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        try:
+            for _ in range(1000):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.02)
+        except OSError:  # the client gave up
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_that_only_trickles_is_given_up_on(tmp_path, monkeypatch):
+    """Each read's timeout only caught silence: a byte every 20 s held `elmo` for ever. Under STALL_BYTES in
+    STALL_SECONDS ends the download (here 100 bytes in 0.5 s, scaled down), keeping nothing."""
+    from elmo.io import download
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.5)
+    monkeypatch.setattr(download, "STALL_BYTES", 100)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(DownloadError, match=r"cannot download \(\d+ bytes in the last 0.5 s\); nothing was kept"):
+            fetch(f"http://127.0.0.1:{httpd.server_port}/w.hdf5", "a" * 64, directory=tmp_path, progress=False)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_tls_error_midway_is_one_line(odd_server, tmp_path):
+    """A corrupt TLS record while the body was read (ssl.SSLError) ended in a traceback."""
+    import http.client
+    import ssl
+
+    url, monkeypatch = odd_server
+
+    def garbled(self, size=-1):
+        raise ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] decryption failed or bad record mac")
+
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", garbled)
+    with pytest.raises(DownloadError, match="cannot download .*BAD_RECORD_MAC.*nothing was kept: try again"):
+        fetch(f"{url}/w.hdf5", "a" * 64, directory=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())

@@ -27,3 +27,14 @@ def test_our_files_are_safetensors_and_json(tmp_path):
     save_model(random_bilm(small_config()), tmp_path / "m")
     assert (tmp_path / "m" / "model.safetensors").read_bytes()[8:9] == b"{"  # a JSON header, no pickle opcodes
     assert not (tmp_path / "m" / "model.safetensors").read_bytes().startswith(b"\x80")
+
+
+def test_the_same_model_is_saved_as_the_same_bytes(tmp_path):
+    """A model's file is a function of the model: its hash can be compared and recorded (safetensors writes a header
+    of several metadata keys in a random order, so only one is given)."""
+    from elmo.io.native import save_model
+    from tests.conftest import random_bilm, small_config
+
+    model = random_bilm(small_config())
+    files = {(save_model(model, tmp_path / f"m{i}") / "model.safetensors").read_bytes() for i in range(8)}
+    assert len(files) == 1
