@@ -177,10 +177,10 @@ def embed_file(model: BiLM | InferenceEngine, input_path: str | Path, output_pat
         record = {"model": model_name, "weights_sha256": sha256, "layers": layers, "tokenizer": tokenizer_name}
         chunk_size, chunk_tokens = _chunking(engine, layers, batch_size, chunk_size, output_path, resume)
         _check_space(output_path, scan, bilm, layers, resume)
-        # parts are numbered by chunk, and their numbers by precision: a resumed run must agree on both
+        # parts are numbered by chunk, and their numbers made by the engine's arithmetic: a resumed run agrees on both
         fingerprint = _run_fingerprint(engine, input_path, scan, layers, batch_size, use_sentence_keys, errors, sha256)
         parts = PartStore(Path(str(output_path) + ".parts"), fingerprint | {
-            "tokenizer": tokenizer_name, "chunk_size": chunk_size, "precision": engine.precision,
+            "tokenizer": tokenizer_name, "chunk_size": chunk_size, **engine.arithmetic(),
             **({"chunk_tokens": chunk_tokens} if chunk_tokens is not None else {})}, resume)
         try:
             index, chunks = _embed_into_parts(engine, parts, input_path, errors, split, (chunk_size, chunk_tokens),

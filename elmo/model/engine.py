@@ -24,6 +24,7 @@ belong to one thread, in order; ``rebuild()`` and ``close()`` wait for no runnin
 from __future__ import annotations
 
 import copy
+import hashlib
 import threading
 from typing import Sequence
 
@@ -147,6 +148,18 @@ class InferenceEngine:
     @property
     def tokenizer_name(self) -> str | None:
         return self.bilm.tokenizer_name
+
+    def arithmetic(self) -> dict[str, str]:
+        """What this engine's vectors depend on besides the weights, down to their last bits: the precision, the
+        words whose token layer was precomputed (by batch, a little off the computed one: their sha256) and the kind
+        of device. The last two only where they are not the default (no cache, the CPU). An embedding run resumes
+        only parts written with the same."""
+        found = {"precision": self.precision}
+        if self.cache_words:
+            found["cache_words_sha256"] = hashlib.sha256("\n".join(self.cache_words).encode("utf-8")).hexdigest()
+        if self.device.type != "cpu":
+            found["device"] = self.device.type
+        return found
 
     def rebuild(self) -> None:
         """Copy the weights again (after they changed); forgets remembered tokens and carried states."""

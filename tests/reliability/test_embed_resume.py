@@ -60,18 +60,25 @@ def test_resume_refuses_changed_settings(tmp_path):
         PartStore(tmp_path / "o.parts", {"batch_size": 8}, resume=True)
 
 
-@pytest.mark.parametrize("second", [{"chunk_size": 8}, {"precision": "int8"}])
-def test_resume_refuses_another_chunk_size_or_precision(tmp_path, monkeypatch, second):
-    """Parts are numbered by chunk and computed at one precision: resuming with either changed would drop lines
-    or mix precisions in one file, so it is refused."""
+CACHED = ["w1", "w2", "w3"]
+
+
+@pytest.mark.parametrize("first, second, changed", [
+    ({}, {"chunk_size": 8}, "chunk_size"), ({}, {"precision": "int8"}, "precision"),
+    ({}, {"cache_words": CACHED}, "cache_words_sha256"), ({"cache_words": CACHED}, {}, "cache_words_sha256"),
+    ({"cache_words": CACHED}, {"cache_words": CACHED[:2]}, "cache_words_sha256")])
+def test_resume_refuses_another_chunk_size_precision_or_word_cache(tmp_path, monkeypatch, first, second, changed):
+    """Parts are numbered by chunk and computed with one arithmetic: resuming with either changed would drop lines
+    or mix two computations in one file (a precision, or the token layer of cached words, which is a little off the
+    computed one: `embed --resume --cache-vocab` was taken), so it is refused."""
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
     original = interrupt_after_chunks(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
-        embed_file(load_official(OPTIONS, WEIGHTS), tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4,
-                   progress=False, chunk_size=4)
+        embed_file(InferenceEngine.build(load_official(OPTIONS, WEIGHTS), cache_words=first.get("cache_words")),
+                   tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4, progress=False, chunk_size=4)
     monkeypatch.setattr(embed_file_module, "_embed_chunk", original)
-    model = InferenceEngine.build(load_official(OPTIONS, WEIGHTS), second.get("precision", "fp32"))
-    changed = "chunk_size" if "chunk_size" in second else "precision"
+    model = InferenceEngine.build(load_official(OPTIONS, WEIGHTS), second.get("precision", "fp32"),
+                                  cache_words=second.get("cache_words"))
     with pytest.raises(WorkFolderError, match=f"differs in {changed}"):
         embed_file(model, tmp_path / "in.txt", tmp_path / "out.hdf5", batch_size=4, progress=False,
                    resume=True, chunk_size=second.get("chunk_size", 4))
