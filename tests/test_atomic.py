@@ -1,7 +1,10 @@
 """Atomic writes: all or nothing, with the permissions a plain write would give."""
 
+import contextlib
 import os
+import shutil
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +77,41 @@ def test_same_file_answers_for_a_loop_of_links(tmp_path):
     (tmp_path / "b").symlink_to(tmp_path / "a")
     (tmp_path / "f").write_text("x")
     assert not same_file(tmp_path / "a", tmp_path / "f") and not same_file(tmp_path / "f", tmp_path / "a")
+
+
+@pytest.mark.parametrize("where", ["putting the new folder in place", "deleting the earlier one"])
+def test_an_interrupt_while_an_earlier_output_is_replaced_loses_neither(tmp_path, monkeypatch, where):
+    """Ctrl-C between moving the earlier output aside and putting the new one in place deleted the new one and left
+    the earlier one under a hidden name; one while the earlier one was deleted left half of it there."""
+    from elmo.io import atomic
+
+    names = ("a.txt",)
+    out = tmp_path / "out"
+    for text in ("one", "two"):
+        if text == "two":
+            real_replace, real_rmtree = os.replace, shutil.rmtree
+
+            def replace(src, dst):
+                if where.startswith("putting") and Path(dst) == out and str(src).endswith(".tmp"):
+                    raise KeyboardInterrupt
+                real_replace(src, dst)
+
+            def rmtree(path, ignore_errors=False):
+                if where.startswith("deleting") and str(path).endswith(".old") and not ignore_errors:
+                    (Path(path) / "a.txt").unlink()  # half deleted, then the interrupt
+                    raise KeyboardInterrupt
+                real_rmtree(path, ignore_errors=ignore_errors)
+
+            monkeypatch.setattr(atomic.os, "replace", replace)
+            monkeypatch.setattr(atomic.shutil, "rmtree", rmtree)
+        with contextlib.ExitStack() as stack:
+            if text == "two":
+                stack.enter_context(pytest.raises(KeyboardInterrupt))
+            with atomic.atomic_folder(out, names) as tmp:
+                (tmp / "a.txt").write_text(text)
+    expected = "one" if where.startswith("putting") else "two"
+    assert (out / "a.txt").read_text() == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no hidden folder left
 
 
 def test_atomic_folder_writes_a_whole_folder_or_nothing(tmp_path):

@@ -186,15 +186,30 @@ def atomic_folder(folder: str | Path, names: tuple[str, ...]) -> Iterator[Path]:
             os.chmod(tmp, 0o777 & ~_umask())
             check_replaceable_folder(folder, names)  # again: something may have arrived meanwhile
             if folder.exists() and any(folder.iterdir()):
-                old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
-                os.replace(folder, old)  # onto the empty placeholder
-                os.replace(tmp, folder)
-                shutil.rmtree(old)
+                _swap(folder, tmp)
             else:
                 os.replace(tmp, folder)  # a new name, or onto an empty folder
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def _swap(folder: Path, new: Path) -> None:
+    """Put folder ``new`` in the place of ``folder`` (both in one parent), which is then deleted. An interrupt or an
+    error before the new one is in place puts the earlier one back; once it is, the earlier one is deleted whole
+    even if an interrupt comes meanwhile (which is raised after), so no hidden copy of it is left behind."""
+    old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
+    os.replace(folder, old)  # onto the empty placeholder
+    try:
+        os.replace(new, folder)
+    except BaseException:
+        os.replace(old, folder)
+        raise
+    try:
+        shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(old, ignore_errors=True)
+        raise
 
 
 WORK_NAME_EXTRA = 14  # ".NAME.XXXXXXXX.tmp": the longest name elmo gives a temporary or lock file beside NAME
