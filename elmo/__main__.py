@@ -1,5 +1,5 @@
 """``python -m elmo``: the command line, as the ``elmo`` script runs it."""
 
-from elmo.cli import run_and_exit
+from elmo.launch import run
 
-run_and_exit()
+run()

@@ -208,12 +208,15 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
+LAUNCH = {("elmo.launch", "elmo.cli")}  # the one exception: the script's Ctrl-C answer must come before this import
+
+
 def test_no_function_local_imports_of_elmo_modules():
     """A local import that dodges a cycle hides a layering fault: put the code in the right layer instead.
     Third-party packages may be imported locally (the optional kiwipiepy, gensim, matplotlib; seqeval, which
     loads scikit-learn)."""
     wrong = [f"{modules()[imp.source].relative_to(ROOT)}:{imp.line}: {imp.target}" for imp in imports()
-             if imp.local]
+             if imp.local and (imp.source, imp.target) not in LAUNCH]
     assert not wrong, "function-local imports of elmo modules:\n" + "\n".join(wrong)
 
 
@@ -225,7 +228,8 @@ def test_local_imports_elsewhere_are_optional_dependencies():
 
 
 def test_importing_elmo_loads_no_training_or_task_code():
-    code = "import elmo, sys; print(sorted(m for m in sys.modules if m.startswith('elmo')))"
+    code = ("import elmo, sys; [getattr(elmo, name) for name in elmo.__all__]; "
+            "print(sorted(m for m in sys.modules if m.startswith('elmo')))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env=env).stdout

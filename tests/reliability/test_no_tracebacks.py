@@ -127,3 +127,32 @@ def test_device_meta(tmp_path, capsys, command):
     assert rc in (1, 2)
     one_error_line(err, "--device meta: not a device elmo runs on")
     assert not (tmp_path / "OUT").exists()
+
+
+CTRL_C_WHILE_LOADING = r"""
+import os, signal, sys, time
+sys.argv = ["elmo", "show", "a b"]
+
+class Interrupting:  # Ctrl-C arrives while the command line is being loaded (about a second: torch's import)
+    def find_spec(self, name, path=None, target=None):
+        if name == "elmo.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        return None
+
+sys.meta_path.insert(0, Interrupting())
+from elmo.launch import run
+run()
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_130():
+    """It was a traceback from inside the import, or an abort from inside torch's C++ code (exit -6)."""
+    import subprocess
+    import sys
+
+    from tests.reliability.tiny import ROOT
+
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_LOADING], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    assert (done.returncode, done.stderr) == (130, "elmo show: interrupted\n")
