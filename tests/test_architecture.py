@@ -8,6 +8,7 @@ TYPE_CHECKING`` and inside functions alike.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -225,6 +226,13 @@ def test_local_imports_elsewhere_are_optional_dependencies():
     wrong = [f"{m}:{line}: {name}" for m, line, name in local_imports()
              if not name.startswith("elmo") and name.split(".")[0] not in allowed]
     assert not wrong, "function-local imports of packages that are not optional:\n" + "\n".join(wrong)
+
+
+def test_every_public_name_of_elmo_loads_from_its_module():
+    import elmo
+    assert sorted(elmo.__all__) == sorted(elmo._HOMES)
+    for name in elmo.__all__:
+        assert getattr(elmo, name) is getattr(importlib.import_module(elmo._HOMES[name]), name)
 
 
 def test_importing_elmo_loads_no_training_or_task_code():
