@@ -41,8 +41,18 @@ def resolve(model: str | Path | None = None, options: str | Path | None = None,
     if model is None:
         if options is None or weights is None:
             raise UsageError("no model: give a model directory, or both the options file and the weight file")
+        for value in (options, weights):
+            _refuse_url(value)
         return ModelFiles(Path(options), Path(weights), official=True)
     return resolve_path(model)
+
+
+def _refuse_url(value: str | Path) -> None:
+    """A URL given where a model's path goes: one line saying so (``Path()`` would fold its "//", and the message
+    then name a path that was never given)."""
+    if not Path(value).exists() and re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", str(value)):
+        raise UsageError(f"{value}: a URL; models are not downloaded from addresses: download the file and give "
+                         f"its path, or give a model name (`elmo info --help` lists them)")
 
 
 NEWEST_TRIES = 3  # reads of a run folder's newest checkpoint, when a running training prunes the one being read
@@ -80,9 +90,7 @@ def resolve_path(model: str | Path) -> ModelFiles:
     are several .hdf5 files); an NLPL folder or .zip (its vocab.txt, if any, seeds the token cache)."""
     root = Path(model)
     if not root.exists():
-        if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", str(model)):  # Path() would fold the "//" of the message
-            raise UsageError(f"{model}: a URL; models are not downloaded from addresses: download the file and give "
-                             f"its path, or give a model name (`elmo info --help` lists them)")
+        _refuse_url(model)
         if _looks_like_name(str(model)):
             raise UsageError(pretrained.unknown_name_message(str(model), no_such_path=True))
         raise ModelFileError(f"{root}: no such file or folder")

@@ -247,7 +247,8 @@ def load_language_model(model: str | Path | ModelFiles) -> tuple[BiLM, LMSoftmax
     try:
         state = load_file(str(files.softmax))
     except (SafetensorError, OSError) as err:
-        raise ModelFileError(f"{files.softmax}: not readable ({err})") from None
+        raise ModelFileError(f"{files.softmax}: not readable ({err}); the file is damaged or cut short: take it "
+                             f"from an earlier checkpoint or export of the run, or export the run again") from None
     check_softmax_rows(state, vocab, files.vocab, files.softmax)
     load_state_strict(softmax, state, str(files.softmax), assign=True)
     return bilm, softmax.eval(), vocab

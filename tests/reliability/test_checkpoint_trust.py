@@ -312,3 +312,15 @@ def test_a_checkpoint_whose_vocabulary_was_cut_short_names_it_on_resume(run, tmp
         _resume(text, vocab, folder)
     assert type(err.value).__name__ == "ModelFileError", str(err.value)
     assert "vocab.txt holds 10 words but" in str(err.value) and "softmax.safetensors has" in str(err.value)
+
+
+def test_an_exports_softmax_cut_short_says_what_to_do(run, tmp_path, capsys):
+    """An export has no record of hashes: its softmax cut short said "not readable (...)", and nothing to do."""
+    text, vocab, folder = run
+    assert cli(capsys, "export", folder, tmp_path / "exported")[0] == 0
+    softmax = tmp_path / "exported" / "softmax.safetensors"
+    softmax.write_bytes(softmax.read_bytes()[:-100])
+    rc, err = cli(capsys, "score", tmp_path / "exported", "w1 w2")
+    assert rc == 1
+    one_error_line(err, "softmax.safetensors: not readable")
+    assert "damaged or cut short: take it from an earlier checkpoint or export of the run" in err

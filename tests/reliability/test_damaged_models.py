@@ -192,8 +192,12 @@ def test_a_cache_where_the_zip_cannot_be_unpacked_is_named_not_the_temporary_fol
     assert "k3j9x2ab" not in err and ".tmp" not in err
 
 
-def test_a_url_as_the_model_says_so(capsys):
-    rc, err = cli(capsys, "info", "--model", "https://example.com/elmo/model.zip")
+@pytest.mark.parametrize("flags", [("--model", "https://example.com/elmo/model.zip"),
+                                   ("--options", "https://example.com/elmo/model.zip", "--weights", "w.hdf5"),
+                                   ("--options", "o.json", "--weights", "https://example.com/elmo/model.zip")])
+def test_a_url_as_the_model_says_so(capsys, flags):
+    """As --options or --weights it said "https:/example.com/...: no such file": the "//" folded."""
+    rc, err = cli(capsys, "info", *flags)
     assert rc == 1 and "https://example.com/elmo/model.zip: a URL" in err
 
 
