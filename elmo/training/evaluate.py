@@ -85,8 +85,10 @@ def perplexity(model: LanguageModel, vocab: Vocabulary, files: Sequence[str | Pa
                 h[on_device], c[on_device] = new_h, new_c
             targets = batch.targets[rows].to(device).reshape(-1)  # (R*T,)
             real = targets.ge(0)
-            totals[direction] += float(model.softmax.full_loss(hidden.reshape(-1, hidden.shape[-1])[real],
-                                                               targets[real]))
+            # in blocks of SCORE_POSITIONS: the logits of R x T positions over the vocabulary at once were 16 GB
+            # at --batch-size 4096 with 50,000 words
+            totals[direction] -= float(_target_log_probs(model.softmax, hidden.reshape(-1, hidden.shape[-1])[real],
+                                                         targets[real]).sum())
             counts[direction] += batch.tokens
             if direction == 0:
                 unknown += int((targets == vocab.unk).sum())
@@ -240,9 +242,11 @@ def score(bilm: BiLM | InferenceEngine, softmax: LMSoftmax, vocab: Vocabulary,
     return results
 
 
-def _target_log_probs(softmax: LMSoftmax, hidden: torch.Tensor, targets: Sequence[int]) -> torch.Tensor:
-    """log p(target) of each position: hidden (N, P), N targets -> (N,) float64."""
-    target = torch.tensor(targets, dtype=torch.long, device=hidden.device)
+def _target_log_probs(softmax: LMSoftmax, hidden: torch.Tensor, targets: Sequence[int] | torch.Tensor
+                      ) -> torch.Tensor:
+    """log p(target) of each position: hidden (N, P), N targets -> (N,) float64; the softmax over the vocabulary
+    ``SCORE_POSITIONS`` positions at a time (bounded memory however many positions)."""
+    target = torch.as_tensor(targets, dtype=torch.long, device=hidden.device)
     parts = [-softmax.full_loss(hidden[i : i + SCORE_POSITIONS], target[i : i + SCORE_POSITIONS], reduction="none")
              for i in range(0, len(target), SCORE_POSITIONS)]
     return torch.cat(parts).double().cpu() if parts else torch.zeros(0, dtype=torch.float64)

@@ -363,3 +363,23 @@ def test_a_language_model_from_no_config_is_one_line():
     with pytest.raises(ElmoError) as err:
         LanguageModel.from_config(None, 10)
     one_line(err, "takes an ElmoConfig")
+
+
+def test_perplexity_runs_the_full_softmax_in_bounded_blocks(trained, texts, monkeypatch):
+    """All R x T positions of a batch went through the softmax at once: 16 GB of logits at --batch-size 4096 with a
+    50,000-word vocabulary. Now at most SCORE_POSITIONS at a time, the same perplexity."""
+    import elmo.training.evaluate as evaluate
+
+    bilm, softmax, vocab, _ = trained
+    train, _ = texts
+    model = LanguageModel(bilm, softmax)
+    whole = perplexity(model, vocab, [train], batch_size=16)
+    seen = []
+    full_loss = type(softmax).full_loss
+    monkeypatch.setattr(type(softmax), "full_loss", lambda self, hidden, *a, **k: seen.append(len(hidden)) or
+                        full_loss(self, hidden, *a, **k))
+    monkeypatch.setattr(evaluate, "SCORE_POSITIONS", 7)
+    blocked = perplexity(model, vocab, [train], batch_size=16)
+    assert seen and max(seen) <= 7 and sum(seen) == 2 * blocked.tokens
+    assert blocked.forward == pytest.approx(whole.forward, rel=1e-6)
+    assert blocked.backward == pytest.approx(whole.backward, rel=1e-6)
