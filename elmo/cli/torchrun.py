@@ -5,6 +5,7 @@ torchrun's machinery."""
 from __future__ import annotations
 
 import logging
+import tempfile
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -19,11 +20,14 @@ def torchrun_quietly(argv: list[str]) -> int:
     for name in ["torch.distributed", *logging.root.manager.loggerDict]:
         if name.startswith("torch.distributed"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        torchrun(torchrun_args(argv))
-    except ChildFailedError as err:
-        code = err.get_first_failure()[1].exitcode
-        return 128 - code if code < 0 else code or 1  # a worker ended by a signal: 128 + its number, as a shell says
-    except SignalException as err:  # stopped at once (a second Ctrl-C): the last checkpoint stays
-        return 128 + int(err.sigval)
+    # torchrun's log folder (empty: nothing is redirected into it) in a temporary folder removed after; by default
+    # it makes one in the system's temporary folder and leaves it there, one more after every run
+    with tempfile.TemporaryDirectory(prefix="elmo-torchrun-") as logs:
+        try:
+            torchrun(torchrun_args(["--log-dir", logs, *argv]))
+        except ChildFailedError as err:
+            code = err.get_first_failure()[1].exitcode
+            return 128 - code if code < 0 else code or 1  # a worker ended by a signal: 128 + its number, as a shell
+        except SignalException as err:  # stopped at once (a second Ctrl-C): the last checkpoint stays
+            return 128 + int(err.sigval)
     return 0

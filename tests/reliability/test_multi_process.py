@@ -25,16 +25,19 @@ def _run_inputs(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_error_under_nproc_is_one_line_not_torchruns_traceback(tmp_path, capsys):
+def test_an_error_under_nproc_is_one_line_not_torchruns_traceback(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     rc, err = cli(capsys, *_run_inputs(tmp_path), "--out", run, "--max-steps", "2")
     assert rc == 0, err
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # torchrun left a torchelastic_* folder there every run
     process = elmo_process("train", "--resume", run, "--out", run, "--max-steps", "4", "--quiet", "--nproc", "2")
     _, err = process.communicate(timeout=300)
     assert process.returncode == 1
     one_error_line(err, "written by 1 processes", "got 2")
     assert [c.name for c in list_checkpoints(run)] == ["step-00000002"]
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []  # no .lock, no .stop
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_nproc_0_is_refused(tmp_path, capsys):
