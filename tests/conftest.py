@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import tempfile
 import threading
 from itertools import islice
@@ -23,7 +24,7 @@ from elmo.model.bilm import BiLM
 
 ROOT = Path(__file__).resolve().parents[1]
 # elmo's cache (downloads, converted official weights) in a folder of the test run, never the user's ~/.cache/elmo
-os.environ["ELMO_CACHE"] = tempfile.mkdtemp(prefix="elmo-test-cache-")
+TEST_CACHE = os.environ["ELMO_CACHE"] = tempfile.mkdtemp(prefix="elmo-test-cache-")
 FIXTURES = ROOT / "tests" / "fixtures" / "elmo"
 OPTIONS = FIXTURES / "options.json"
 WEIGHTS = FIXTURES / "lm_weights.hdf5"
@@ -79,6 +80,11 @@ def report():
         _FIGURES.append(line)
         print(line)
     return record
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The test run's cache goes with it (a folder in the system's temporary folder was left by every run)."""
+    shutil.rmtree(TEST_CACHE, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):
